@@ -1,0 +1,1 @@
+"""Emulator calibration service."""
