@@ -1,0 +1,103 @@
+//! Flow numbers for the Pantheon-format log: one per connection (5-tuple, either
+//! direction), numbered from 1 in order of first appearance.
+
+use std::collections::HashMap;
+
+/// Protocol plus the two (address, port) ends, ordered so both directions give one key.
+type Key = [u8; 37];
+
+#[derive(Default)]
+pub struct Flows {
+    ids: HashMap<Key, u32>,
+}
+
+impl Flows {
+    /// The flow number of an IP packet (IPv4 or IPv6); unparseable packets share flow 0.
+    pub fn id(&mut self, packet: &[u8]) -> u32 {
+        let Some(key) = connection_key(packet) else { return 0 };
+        let next = self.ids.len() as u32 + 1;
+        *self.ids.entry(key).or_insert(next)
+    }
+
+    pub fn count(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+fn connection_key(packet: &[u8]) -> Option<Key> {
+    let version = packet.first()? >> 4;
+    let (protocol, src, dst, transport): (u8, &[u8], &[u8], Option<&[u8]>) = match version {
+        4 => {
+            let header = usize::from(packet.first()? & 0x0f) * 4;
+            if packet.len() < 20 || header < 20 {
+                return None;
+            }
+            let fragment_offset = u16::from_be_bytes([packet[6], packet[7]]) & 0x1fff;
+            let transport = (fragment_offset == 0).then(|| packet.get(header..)).flatten();
+            (packet[9], &packet[12..16], &packet[16..20], transport)
+        }
+        6 => {
+            if packet.len() < 40 {
+                return None;
+            }
+            (packet[6], &packet[8..24], &packet[24..40], packet.get(40..))
+        }
+        _ => return None,
+    };
+    let ports = |t: Option<&[u8]>, at: usize| -> ([u8; 2], [u8; 2]) {
+        match t.and_then(|t| t.get(at..at + 4)) {
+            Some(p) => ([p[0], p[1]], [p[2], p[3]]),
+            None => ([0; 2], [0; 2]),
+        }
+    };
+    let (src_port, dst_port) = match protocol {
+        6 | 17 | 132 | 136 => ports(transport, 0),
+        // ICMP echo: the identifier plays the role of a port, on both ends.
+        1 | 58 => {
+            let (_, id) = ports(transport, 2);
+            (id, id)
+        }
+        _ => ([0; 2], [0; 2]),
+    };
+    let mut a = [0u8; 18];
+    let mut b = [0u8; 18];
+    a[16 - src.len()..16].copy_from_slice(src);
+    a[16..].copy_from_slice(&src_port);
+    b[16 - dst.len()..16].copy_from_slice(dst);
+    b[16..].copy_from_slice(&dst_port);
+    let (low, high) = if a <= b { (a, b) } else { (b, a) };
+    let mut key = [0u8; 37];
+    key[0] = protocol;
+    key[1..19].copy_from_slice(&low);
+    key[19..].copy_from_slice(&high);
+    Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipv4(protocol: u8, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[9] = protocol;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn numbers_connections_in_order_and_matches_both_directions() {
+        let mut flows = Flows::default();
+        let s = [100, 64, 0, 2];
+        let r = [100, 64, 0, 1];
+        assert_eq!(flows.id(&ipv4(6, s, r, 40000, 5000)), 1);
+        assert_eq!(flows.id(&ipv4(6, s, r, 40001, 5001)), 2);
+        assert_eq!(flows.id(&ipv4(6, r, s, 5000, 40000)), 1); // the ACKs of flow 1
+        assert_eq!(flows.id(&ipv4(17, s, r, 40000, 5000)), 3); // UDP is another connection
+        assert_eq!(flows.id(&[0x45, 0]), 0);
+        assert_eq!(flows.count(), 3);
+    }
+}
