@@ -34,6 +34,8 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
   --stop-after SECONDS         stop everything after this long
   --grace SECONDS              time endpoints get to exit after SIGTERM (default 2)
   --summary FILE               write a JSON summary (counters, endpoint exits) at the end
+  --realtime-priority N        SCHED_FIFO priority of the event loop, 0 for normal scheduling
+                               (default 10; skipped when not permitted)
   -- COMMAND [ARGS...]         run COMMAND interactively in the sender namespace (shell mode);
                                with no endpoints and no command, runs $SHELL
 
@@ -64,6 +66,8 @@ pub struct Config {
     pub stop_after: Option<f64>,
     pub grace: f64,
     pub summary: Option<PathBuf>,
+    /// SCHED_FIFO priority of the event loop (0: normal scheduling).
+    pub realtime_priority: i32,
     /// The full command line, for the Mahimahi log header.
     pub command_line: Vec<String>,
 }
@@ -81,6 +85,7 @@ struct Raw {
     stop_after: Option<String>,
     grace: Option<String>,
     summary: Option<String>,
+    realtime_priority: Option<String>,
     positional: Vec<String>,
     command: Option<Vec<String>>,
 }
@@ -140,6 +145,7 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
             "stop-after" => raw.stop_after = Some(value()?),
             "grace" => raw.grace = Some(value()?),
             "summary" => raw.summary = Some(value()?),
+            "realtime-priority" => raw.realtime_priority = Some(value()?),
             _ => return Err(Error::input(format!("unknown option --{name} (see calibrate-link --help)"))),
         }
     }
@@ -224,6 +230,13 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         return Err(Error::input("--stop-after must be more than 0 seconds"));
     }
     let grace = raw.grace.as_deref().map(|t| parse_seconds("--grace", t)).transpose()?.unwrap_or(2.0);
+    let realtime_priority = match raw.realtime_priority.as_deref() {
+        None => 10,
+        Some(text) => match text.parse::<i32>() {
+            Ok(p) if (0..=99).contains(&p) => p,
+            _ => return Err(Error::input(format!("--realtime-priority must be an integer from 0 to 99, got {text:?}"))),
+        },
+    };
     let mut endpoints = raw.endpoints;
     if let Some(command) = raw.command {
         let argv = if command.is_empty() { vec![default_shell()] } else { command };
@@ -246,6 +259,7 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         stop_after,
         grace,
         summary: raw.summary.map(PathBuf::from),
+        realtime_priority,
         command_line: std::iter::once("calibrate-link".to_string()).chain(args.iter().cloned()).collect(),
     })
 }

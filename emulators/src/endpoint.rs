@@ -153,7 +153,10 @@ pub fn run_init(args: &[String]) -> i32 {
             return 127;
         }
     };
-    let target = if interactive { child } else { -child };
+    // Once asked to stop, wait for every process in the namespace to finish (a scheme may
+    // still be writing its results); the engine's grace period bounds the wait.
+    let mut stopping = false;
+    let mut status = None;
     loop {
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
@@ -164,18 +167,27 @@ pub fn run_init(args: &[String]) -> i32 {
         let signal = info.ssi_signo as i32;
         if signal == libc::SIGCHLD {
             loop {
-                let mut status = 0;
-                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-                if pid <= 0 {
-                    break;
-                }
+                let mut wait_status = 0;
+                let pid = unsafe { libc::waitpid(-1, &mut wait_status, libc::WNOHANG) };
                 if pid == child {
-                    return exit_code(status);
+                    status = Some(exit_code(wait_status));
                 }
+                if pid > 0 {
+                    continue;
+                }
+                // pid 0: others still run; -1 (ECHILD): the namespace is empty.
+                if let Some(code) = status {
+                    if pid < 0 || !stopping {
+                        return code;
+                    }
+                }
+                break;
             }
         } else if !(interactive && (signal == libc::SIGINT || signal == libc::SIGQUIT)) {
             // (An interactive program already got the terminal's SIGINT/SIGQUIT itself.)
-            unsafe { libc::kill(target, signal) };
+            // From PID 1, kill(-1) reaches every other process of this PID namespace.
+            stopping = true;
+            unsafe { libc::kill(-1, signal) };
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use emulators::config::{self, Parsed};
 use emulators::error::Error;
-use emulators::{endpoint, realtime, trace::Trace};
+use emulators::{endpoint, netns, realtime, trace::Trace};
 
 fn trace_info(paths: &[String]) -> Result<i32, Error> {
     if paths.is_empty() {
@@ -28,14 +28,18 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("__init") => std::process::exit(endpoint::run_init(&args[1..])),
         Some("trace-info") => trace_info(&args[1..]),
-        _ => match config::parse(&args) {
-            Ok(Parsed::Help) => {
-                print!("{}", config::USAGE);
-                Ok(0)
-            }
-            Ok(Parsed::Run(config)) => realtime::run(*config),
-            Err(e) => Err(e),
-        },
+        _ => {
+            let help = args.iter().any(|a| a == "-h" || a == "--help");
+            // The host check comes first: without root nothing else matters.
+            let host = if help { Ok(()) } else { netns::check_host() };
+            host.and_then(|_| config::parse(&args)).and_then(|parsed| match parsed {
+                Parsed::Help => {
+                    print!("{}", config::USAGE);
+                    Ok(0)
+                }
+                Parsed::Run(config) => realtime::run(*config),
+            })
+        }
     };
     match result {
         Ok(status) => std::process::exit(status),

@@ -1,0 +1,111 @@
+"""Running the Rust engine (`calibrate-link`) for one emulated path.
+
+The engine does the real-time work and cleans up after itself (namespaces, TUN devices and
+every endpoint process). This module builds its command line from an `EmulatorConfig`, runs
+it, and reads back its JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+from calibrate import binaries
+from calibrate.emulator import EmulatorConfig
+from calibrate.errors import InputError, RunFailed
+
+Side = Literal["sender", "receiver"]
+
+#: Exit statuses of calibrate-link: 2 bad input, 3 host cannot run it, 1 failed while running.
+BAD_INPUT, HOST_PROBLEM = 2, 3
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A shell command run in one side's namespace, ``start_s`` after the emulation starts.
+    It sees ``$EMU_PEER`` (the other side's address), ``$EMU_ADDR`` and ``$EMU_SIDE``."""
+
+    side: Side
+    command: str
+    start_s: float = 0.0
+
+    def argument(self) -> str:
+        return f"{self.side}@{self.start_s:g}:{self.command}"
+
+
+@dataclass(frozen=True)
+class Logs:
+    """Where the engine writes its logs (any may be None)."""
+
+    datalink: Path | None = None
+    acklink: Path | None = None
+    uplink: Path | None = None
+    downlink: Path | None = None
+
+    def arguments(self) -> list[str]:
+        args: list[str] = []
+        for name, path in (("datalink", self.datalink), ("acklink", self.acklink), ("uplink", self.uplink), ("downlink", self.downlink)):
+            if path is not None:
+                args += [f"--{name}-log", str(path)]
+        return args
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    returncode: int
+    summary: dict = field(default_factory=dict)
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
+            logs: Logs = Logs(), grace_s: float = 2.0) -> list[str]:
+    """The engine's full command line; traces and the summary go to ``workdir``."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = [str(binaries.find(binaries.LINK))] + config.engine_args(workdir) + logs.arguments()
+    for endpoint in endpoints:
+        args += ["--run", endpoint.argument()]
+    if stop_after is not None:
+        args += ["--stop-after", f"{stop_after:g}"]
+    return args + ["--grace", f"{grace_s:g}", "--summary", str(workdir / "engine-summary.json")]
+
+
+def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
+        logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True) -> EngineResult:
+    """Run one emulation to its end. With ``check``, a failure raises a typed error that
+    carries the engine's one-line message."""
+    if not endpoints:
+        raise InputError("an emulation needs at least one endpoint command")
+    args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s)
+    summary_path = Path(workdir) / "engine-summary.json"
+    summary_path.unlink(missing_ok=True)
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:
+        # Ctrl-C or an error here: the engine tears everything down on SIGTERM.
+        process.terminate()
+        process.wait()
+        raise
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    result = EngineResult(process.returncode, summary, stderr)
+    if check and not result.ok:
+        message = _engine_message(stderr) or f"calibrate-link exited with status {process.returncode}"
+        if process.returncode == BAD_INPUT:
+            raise InputError(message)
+        raise RunFailed(message)
+    return result
+
+
+def _engine_message(stderr: str) -> str:
+    for line in reversed(stderr.strip().splitlines()):
+        if line.startswith("calibrate-link: error: "):
+            return line.removeprefix("calibrate-link: error: ")
+    return stderr.strip().splitlines()[-1] if stderr.strip() else ""

@@ -1,0 +1,20 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ENDPOINTS = f"{sys.executable} {TESTS / 'endpoints.py'}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="needs root: creates network namespaces and TUN devices")
+        for item in items:
+            if "needs_root" in item.keywords:
+                item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_root: creates network namespaces and TUN devices (run as root)")

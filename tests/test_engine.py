@@ -1,0 +1,275 @@
+"""The engine in real time: real namespaces, TUN devices and kernel flows (needs root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from calibrate import binaries, engine
+from calibrate.emulator import EmulatorConfig, Queue
+from calibrate.engine import Endpoint, Logs
+from calibrate.metrics import analyze_datalink_log
+from conftest import ENDPOINTS
+
+pytestmark = pytest.mark.needs_root
+
+PATH_12 = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100))
+
+
+def tcp_run(workdir: Path, config: EmulatorConfig = PATH_12, seconds: float = 10, cc: str = "cubic"):
+    logs = Logs(datalink=workdir / "datalink.log", acklink=workdir / "acklink.log")
+    endpoints = [
+        Endpoint("receiver", f"{ENDPOINTS} tcp-sink 5000"),
+        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 {cc}"),
+    ]
+    result = engine.run(config, endpoints, workdir=workdir, stop_after=seconds, logs=logs)
+    return result, analyze_datalink_log(logs.datalink)
+
+
+@pytest.fixture(scope="module")
+def solo_cubic(tmp_path_factory):
+    return tcp_run(tmp_path_factory.mktemp("solo"))
+
+
+def test_ping_rtt_is_twice_the_delay_plus_the_link_slots(tmp_path):
+    """RTT = 2 x 20 ms + one 1-ms link slot each way. A request read at ms a + f leaves the
+    link at a + 1 (Mahimahi's slot semantics), so the RTT is 42 - f plus the engine's own
+    overhead. Separate pings start at unrelated phases, sweeping f over [0, 1)."""
+    out = tmp_path / "ping.txt"
+    logs = Logs(datalink=tmp_path / "d.log")
+    pings = f"for i in $(seq 30); do ping -c 1 -W 2 $EMU_PEER >> {out}; sleep 0.0$i; done; sleep 60"
+    engine.run(PATH_12, [Endpoint("sender", pings)], workdir=tmp_path, stop_after=8, logs=logs)
+    rtts = {i: float(rtt) for i, rtt in enumerate(re.findall(r"time=([\d.]+) ms", out.read_text()), start=1)}
+    assert sorted(rtts) == list(range(1, 31))
+    sent = [float(line.split()[0]) for line in logs.datalink.read_text().splitlines()[1:] if " + " in line]
+    assert len(sent) == 30
+    assert all(41.0 <= rtt <= 44 for rtt in rtts.values()), rtts
+    overhead = [rtts[i + 1] - (42 - t % 1) for i, t in enumerate(sent)]
+    # ping prints 0.1 ms; the engine adds well under a millisecond to the slot arithmetic.
+    assert all(-0.06 <= o <= 1.0 for o in overhead), overhead
+
+
+def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
+    result, stats = solo_cubic
+    assert result.summary["stop_reason"] == "deadline"
+    assert stats.total.tput_mbps >= 11.3
+    # Cubic keeps the 100-packet DropTail queue full: ~100 ms of queueing plus 21 ms of path.
+    assert 100 <= stats.total.delay_ms <= 125
+    assert result.summary["uplink"]["queue_dropped_packets"] > 0
+    assert list(stats.flows) == [1]
+
+
+def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
+    results = {}
+
+    def one(name):
+        (tmp_path / name).mkdir()
+        results[name] = tcp_run(tmp_path / name)[1]
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    solo = solo_cubic[1].total
+    for stats in results.values():
+        assert abs(stats.total.tput_mbps - solo.tput_mbps) / solo.tput_mbps < 0.03
+        assert abs(stats.total.delay_ms - solo.delay_ms) / solo.delay_ms < 0.05
+
+
+def udp_loss_run(workdir: Path, seed: int) -> dict:
+    config = EmulatorConfig(rate_mbps=48, delay_ms=5, uplink_loss=0.05, seed=seed)
+    report = workdir / f"udp-{seed}.json"
+    endpoints = [
+        Endpoint("receiver", f"{ENDPOINTS} udp-sink 6000 {report}"),
+        Endpoint("sender", f"{ENDPOINTS} udp-probe $EMU_PEER 6000 20000 5000", start_s=0.5),
+    ]
+    result = engine.run(config, endpoints, workdir=workdir, stop_after=5.5)
+    assert result.summary["uplink"]["queue_dropped_packets"] == 0
+    return json.loads(report.read_text())
+
+
+def test_seeded_uplink_loss_is_accurate_and_reproducible(tmp_path):
+    first = udp_loss_run(tmp_path, seed=7)
+    assert first["max_seq"] == 19999  # the probe got everything out in time
+    loss = 1 - first["received"] / 20000
+    assert abs(loss - 0.05) <= 0.007, loss
+    again = udp_loss_run(tmp_path, seed=7)
+    assert again == first
+    other = udp_loss_run(tmp_path, seed=8)
+    assert other != first
+
+
+def test_logs_number_connections_and_follow_both_formats(tmp_path):
+    logs = Logs(datalink=tmp_path / "d.log", acklink=tmp_path / "a.log", uplink=tmp_path / "u.log", downlink=tmp_path / "w.log")
+    endpoints = [
+        Endpoint("receiver", f"{ENDPOINTS} tcp-sink 5000"),
+        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 reno"),
+        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 bbr", start_s=1),
+    ]
+    engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=logs)
+    stats = analyze_datalink_log(logs.datalink)
+    assert sorted(stats.flows) == [1, 2]
+    assert stats.flows[2].window_ms < stats.flows[1].window_ms
+    ack_flows = {line.split()[-1] for line in logs.acklink.read_text().splitlines()[1:] if " + " in line}
+    assert ack_flows == {"1", "2"}
+    header = logs.uplink.read_text().splitlines()[:5]
+    assert header[2] == "# queue: droptail [packets=100]"
+    assert re.fullmatch(r"# init timestamp: \d{13}", header[3])
+    assert header[4] == "# base timestamp: 0"
+    body = logs.uplink.read_text().splitlines()[5:]
+    kinds = {line.split()[1] for line in body}
+    assert kinds <= {"+", "-", "#", "d"} and {"+", "-", "#"} <= kinds
+    assert all(line.endswith(" # 1504") for line in body if " # " in line)
+    assert logs.downlink.read_text().splitlines()[2] == "# queue: infinite"
+    pantheon_init = float(logs.datalink.read_text().splitlines()[0].split(": ")[1])
+    assert pantheon_init == float(header[3].split(": ")[1])
+
+
+def test_shell_mode_runs_the_command_in_the_sender_namespace(tmp_path):
+    up, down = PATH_12.trace_paths(tmp_path)
+    result = subprocess.run(
+        [str(binaries.find(binaries.LINK)), str(up), str(down), "--", "sh", "-c", "echo $EMU_SIDE $EMU_PEER $MAHIMAHI_BASE; ip -o -4 addr show emu0; exit 3"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 3
+    assert result.stdout.splitlines()[0] == "sender 100.64.0.1 100.64.0.1"
+    assert "inet 100.64.0.2 peer 100.64.0.1/32" in result.stdout
+
+
+# -- teardown and leaks -------------------------------------------------------------------------
+
+
+def host_state() -> tuple:
+    namespaces = subprocess.run(["lsns", "-t", "net", "-n", "-o", "NS"], capture_output=True, text=True).stdout.split()
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    processes = subprocess.run(["pgrep", "-f", "^sleep 1000.5"], capture_output=True, text=True).stdout.split()
+    return sorted(set(namespaces)), re.sub(r"\s+", " ", re.sub(r"link/\S+.*", "", links)), processes
+
+
+def wait_for(predicate, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_fifty_start_kill_cycles_leave_nothing_behind(tmp_path):
+    before = host_state()
+    ways = ["SIGTERM", "SIGINT", "endpoint SIGKILL", "engine SIGKILL", "deadline"]
+    for cycle in range(50):
+        way = ways[cycle % len(ways)]
+        args = engine.command(
+            PATH_12,
+            [Endpoint("receiver", "sleep 1000.5"), Endpoint("sender", "sleep 1000.5")],
+            workdir=tmp_path, stop_after=0.3 if way == "deadline" else 60,
+        )
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert wait_for(lambda: len(host_state()[2]) == 2), "endpoints did not start"
+            if way == "SIGTERM":
+                process.send_signal(signal.SIGTERM)
+            elif way == "SIGINT":
+                process.send_signal(signal.SIGINT)
+            elif way == "endpoint SIGKILL":
+                os.kill(int(host_state()[2][0]), signal.SIGKILL)
+            elif way == "engine SIGKILL":
+                process.send_signal(signal.SIGKILL)
+            process.wait(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert wait_for(lambda: host_state() == before), f"cycle {cycle} ({way}) left {host_state()} behind"
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def run_engine(args: list[str], prefix: list[str] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run(list(prefix) + [str(binaries.find(binaries.LINK))] + args, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    "trace, message",
+    [
+        ("", "empty trace file"),
+        ("1 \n", "invalid integer"),
+        ("1\n\n2\n", "invalid empty line"),
+        ("abc\n", "invalid integer"),
+        ("5\n3\n", "monotonically nondecreasing"),
+        ("0\n", "nonzero amount of time"),
+    ],
+)
+def test_malformed_traces_are_refused(tmp_path, trace, message):
+    bad = tmp_path / "bad.trace"
+    bad.write_text(trace)
+    good = tmp_path / "good.trace"
+    good.write_text("1\n")
+    before = host_state()
+    result = run_engine([str(bad), str(good), "--datalink-log", str(tmp_path / "d.log"), "--sender", "true"])
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert not (tmp_path / "d.log").exists()
+    assert host_state() == before
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--uplink-queue", "red"], "unknown queue type"),
+        (["--uplink-queue", "droptail", "--uplink-queue-args", "packets=x"], "not a non-negative integer"),
+        (["--uplink-queue", "droptail"], "needs a non-zero limit"),
+        (["--uplink-queue-args", "packets=5"], "does not take arguments"),
+        (["--delay", "-1"], "--delay must be a non-negative integer"),
+        (["--uplink-loss", "1.2"], "probability in [0, 1]"),
+        (["--downlink-loss", "-0.5"], "probability in [0, 1]"),
+    ],
+)
+def test_bad_parameters_are_refused(tmp_path, args, message):
+    good = tmp_path / "good.trace"
+    good.write_text("1\n")
+    result = run_engine([str(good), str(good), "--sender", "true"] + args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_not_root_is_refused(tmp_path):
+    good = tmp_path / "good.trace"
+    good.write_text("1\n")
+    os.chmod(tmp_path, 0o755)
+    result = run_engine([str(good), str(good), "--sender", "true"], prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    assert result.returncode == 3
+    assert "must run as root" in result.stderr
+
+
+def test_missing_tun_device_is_refused(tmp_path):
+    good = tmp_path / "good.trace"
+    good.write_text("1\n")
+    link = binaries.find(binaries.LINK)
+    # A mount namespace where /dev/net is empty: a host without TUN support.
+    result = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs tmpfs /dev/net && exec {link} {good} {good} --sender true"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 3
+    assert "no /dev/net/tun" in result.stderr
+
+
+def test_a_packet_larger_than_an_opportunity_stops_the_run_cleanly(tmp_path):
+    before = host_state()
+    endpoints = [Endpoint("sender", "ip link set emu0 mtu 9000 && ping -c 3 -s 4000 $EMU_PEER; sleep 1000.5")]
+    result = engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=10, check=False)
+    assert result.returncode == 1
+    assert "larger than one delivery opportunity" in result.stderr
+    assert wait_for(lambda: host_state() == before)
