@@ -1,0 +1,218 @@
+"""Safe extraction of result archives that come from the internet.
+
+An archive is read in one streaming pass and rejected as a whole, before anything outside a fresh
+temporary directory is touched, if any member has an absolute path or a `..` component, is a
+link pointing outside the archive, is a device file or FIFO, or if the members expand past a size
+or count limit.  Links inside the archive are not needed by any Pantheon reader and are skipped.
+Only the members the caller wants are written; the temporary directory is renamed into place
+only once everything passed, so a rejected archive leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibrate.errors import InputError
+
+ARCHIVE_SUFFIXES = (".tar.xz", ".tar.gz", ".tar.bz2", ".tgz", ".txz", ".tar", ".zip")
+# Pantheon archives of a 10-run, 17-scheme experiment on a 100 Mbit/s path with raw tunnel logs
+# reach several GB; past this the archive is more likely a decompression bomb than a result.
+DEFAULT_MAX_BYTES = 32 * 1024**3
+DEFAULT_MAX_MEMBERS = 200_000
+_CHUNK = 1024 * 1024
+
+
+def is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = DEFAULT_MAX_BYTES  # total uncompressed size of all members
+    max_members: int = DEFAULT_MAX_MEMBERS
+
+
+@dataclass(frozen=True)
+class Extracted:
+    root: Path
+    files: tuple[str, ...]  # members written, relative to root
+    skipped_links: tuple[str, ...]  # in-archive links, not followed
+    total_bytes: int  # uncompressed size of all members
+
+
+class _Rejected(InputError):
+    pass
+
+
+def _reject(archive: Path, member: str, why: str) -> _Rejected:
+    return _Rejected(f"{archive}: refusing to extract: member {member!r} {why}; the archive is "
+                     "not a plain Pantheon result (nothing was extracted)")
+
+
+def safe_member_path(name: str) -> str | None:
+    """The normalized relative path of an archive member, or None if it must be refused."""
+    if "\x00" in name:
+        return None
+    unified = name.replace("\\", "/")
+    if unified.startswith("/") or (len(unified) > 1 and unified[1] == ":"):
+        return None
+    parts = [p for p in unified.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return None
+    return "/".join(parts)
+
+
+def _link_escapes(member_path: str, target: str, *, relative_to_member: bool) -> bool:
+    """Whether a link target resolves outside the archive root."""
+    target = target.replace("\\", "/")
+    if target.startswith("/") or (len(target) > 1 and target[1] == ":"):
+        return True
+    base = posixpath.dirname(member_path) if relative_to_member else ""
+    resolved = posixpath.normpath(posixpath.join("/root", base, target))
+    return not (resolved == "/root" or resolved.startswith("/root/"))
+
+
+def extract_archive(archive: Path, dest: Path, *, want: Callable[[str], bool] | None = None,
+                    limits: Limits = Limits()) -> Extracted:
+    """Extract the wanted members of `archive` into the new directory `dest` (which must not
+    exist; its parent is where the temporary directory goes).  Raises InputError naming the
+    first hostile member, or an unreadable archive."""
+    archive = Path(archive)
+    dest = Path(dest)
+    if dest.exists():
+        raise InputError(f"{dest} already exists; remove it to extract {archive.name} again")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
+    try:
+        if archive.name.lower().endswith(".zip"):
+            result = _extract_zip(archive, tmp, want, limits)
+        else:
+            result = _extract_tar(archive, tmp, want, limits)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Extracted(dest, *result)
+
+
+def _write_member(tmp: Path, rel: str, chunks, archive: Path, declared: int,
+                  budget: int) -> int:
+    target = tmp.joinpath(*rel.split("/"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open(target, "wb") as out:
+        for chunk in chunks:
+            written += len(chunk)
+            if written > declared or written > budget:
+                raise _reject(archive, rel, "holds more data than its header declares "
+                                            "(or than the size limit)")
+            out.write(chunk)
+    return written
+
+
+def _iter_chunks(fileobj):
+    while chunk := fileobj.read(_CHUNK):
+        yield chunk
+
+
+def _extract_tar(archive: Path, tmp: Path, want, limits: Limits):
+    files: list[str] = []
+    links: list[str] = []
+    total = 0
+    count = 0
+    try:
+        # "r|*": a stream, so a hostile archive cannot make us seek; any compression.
+        with tarfile.open(archive, mode="r|*") as tar:
+            for member in tar:
+                count += 1
+                if count > limits.max_members:
+                    raise _reject(archive, member.name, f"is past the limit of "
+                                                        f"{limits.max_members} members")
+                rel = safe_member_path(member.name)
+                if rel is None:
+                    raise _reject(archive, member.name, "has an absolute path or a '..' "
+                                                        "component")
+                if member.issym() or member.islnk():
+                    if _link_escapes(rel, member.linkname, relative_to_member=member.issym()):
+                        raise _reject(archive, member.name, f"is a link to {member.linkname!r}, "
+                                                            "outside the archive")
+                    links.append(rel)
+                    continue
+                if member.isdir():
+                    continue
+                if not member.isreg():
+                    raise _reject(archive, member.name, "is a device file, FIFO or other special "
+                                                        "file")
+                total += member.size
+                if total > limits.max_bytes:
+                    raise _reject(archive, member.name, f"takes the archive past the size limit "
+                                                        f"of {limits.max_bytes} bytes")
+                if rel and (want is None or want(rel)):
+                    src = tar.extractfile(member)
+                    assert src is not None
+                    _write_member(tmp, rel, _iter_chunks(src), archive, member.size,
+                                  limits.max_bytes)
+                    files.append(rel)
+    except (tarfile.TarError, EOFError, OSError, ValueError) as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"{archive}: not a readable tar archive ({error}); the download may "
+                         "be incomplete: delete it and fetch it again") from None
+    return tuple(files), tuple(links), total
+
+
+def _extract_zip(archive: Path, tmp: Path, want, limits: Limits):
+    files: list[str] = []
+    links: list[str] = []
+    total = 0
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            infos = zf.infolist()
+            if len(infos) > limits.max_members:
+                raise _reject(archive, infos[limits.max_members].filename,
+                              f"is past the limit of {limits.max_members} members")
+            for info in infos:  # check every header before writing anything
+                rel = safe_member_path(info.filename)
+                if rel is None:
+                    raise _reject(archive, info.filename, "has an absolute path or a '..' "
+                                                          "component")
+                total += info.file_size
+                if total > limits.max_bytes:
+                    raise _reject(archive, info.filename, f"takes the archive past the size "
+                                                          f"limit of {limits.max_bytes} bytes")
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    target = zf.read(info)[:4096].decode("utf-8", "replace")
+                    if _link_escapes(rel, target, relative_to_member=True):
+                        raise _reject(archive, info.filename, f"is a link to {target!r}, "
+                                                              "outside the archive")
+                elif mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise _reject(archive, info.filename, "is a device file, FIFO or other "
+                                                          "special file")
+            for info in infos:
+                rel = safe_member_path(info.filename) or ""
+                if stat.S_ISLNK(info.external_attr >> 16):
+                    links.append(rel)
+                    continue
+                if info.is_dir() or not rel or (want is not None and not want(rel)):
+                    continue
+                with zf.open(info) as src:
+                    _write_member(tmp, rel, _iter_chunks(src), archive, info.file_size,
+                                  limits.max_bytes)
+                files.append(rel)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
+            NotImplementedError) as error:
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"{archive}: not a readable zip archive ({error}); the download may be "
+                         "incomplete: delete it and fetch it again") from None
+    return tuple(files), tuple(links), total

@@ -1,0 +1,153 @@
+"""`calibrate target show|plot TARGET`: inspect what a calibration would aim for."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from calibrate.errors import InputError
+from calibrate.metrics import TOTAL, Aggregate
+
+TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
+               "data directory, a summary table (CSV, JSON, compare_two_experiments text), a saved "
+               "target JSON, or a bundled name (nepal)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("target", help="show or plot a real-path target",
+                                   description="Read a target and show or plot it.")
+    sub = parser.add_subparsers(dest="target_command", metavar="ACTION")
+    sub.required = True
+
+    show = sub.add_parser("show", help="per-scheme table of runs, throughput, delay and loss")
+    show.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    show.add_argument("--json", action="store_true", help="print the normalized target as JSON")
+    show.add_argument("--write", metavar="FILE", type=Path,
+                      help="also write the normalized target JSON to FILE")
+    show.add_argument("--flow", default=TOTAL, help="flow to show: all (default), 1, 2, ...")
+    show.add_argument("--runs", action="store_true", help="also list every valid run")
+    _source_options(show)
+    show.set_defaults(func=_show)
+
+    plot = sub.add_parser("plot", help="Pantheon's throughput-delay scatter with 1-sigma ellipses")
+    plot.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    plot.add_argument("--out", metavar="PNG", type=Path,
+                      help="output image (default: <target name>-summary.png here)")
+    plot.add_argument("--flow", default=TOTAL, help="flow to plot: all (default), 1, 2, ...")
+    _source_options(plot)
+    plot.set_defaults(func=_plot)
+
+
+def _source_options(parser: argparse.ArgumentParser) -> None:
+    from calibrate import result_id as r
+
+    group = parser.add_argument_group("fetching result IDs and archives")
+    group.add_argument("--base-url", help=f"Pantheon website (env {r.ENV_BASE_URL}; default "
+                                          f"{r.DEFAULT_BASE_URL})")
+    group.add_argument("--index", help=f"archive index, a JSON file or URL (env {r.ENV_INDEX})")
+    group.add_argument("--cache-dir", type=Path,
+                       help=f"download and extraction cache (env {r.ENV_CACHE_DIR}; default "
+                            "~/.cache/calibrate)")
+    group.add_argument("--offline", action="store_const", const=True, default=None,
+                       help=f"use only the cache, never the network (env {r.ENV_OFFLINE}=1)")
+    group.add_argument("--max-extract-bytes", type=int,
+                       help=f"refuse archives expanding past this (env {r.ENV_MAX_EXTRACT})")
+
+
+def _load(args: argparse.Namespace):
+    from calibrate.result_id import FetchOptions
+    from calibrate.target import load_target
+
+    options = FetchOptions.from_environment(
+        base_url=args.base_url, index=args.index, cache_dir=args.cache_dir, offline=args.offline,
+        max_extract_bytes=args.max_extract_bytes, progress=sys.stderr.isatty())
+    return load_target(args.target, fetch=options)
+
+
+def _fmt(agg: Aggregate, digits: int, scale: float = 1.0) -> str:
+    if agg.mean is None:
+        return "–"
+    text = f"{agg.mean * scale:.{digits}f}"
+    if agg.std is not None:
+        text += f" ± {agg.std * scale:.{digits}f}"
+    return text
+
+
+def _show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    target = _load(args)
+    if args.write:
+        try:
+            args.write.parent.mkdir(parents=True, exist_ok=True)
+            args.write.write_text(target.dumps())
+        except OSError as error:
+            raise InputError(f"cannot write {args.write}: {error.strerror or error}") from None
+    if args.json:
+        sys.stdout.write(target.dumps())
+        return 0
+
+    console = Console(width=None if sys.stdout.isatty() else 100)
+    prov = target.provenance
+    table = Table(title=f"{target.name or prov.source} (flow {args.flow})", title_justify="left")
+    table.add_column("scheme", no_wrap=True)
+    table.add_column("label", no_wrap=True)
+    table.add_column("runs", justify="right", no_wrap=True)
+    table.add_column("tput (Mbit/s)", justify="right", no_wrap=True)
+    table.add_column("p95 delay (ms)", justify="right", no_wrap=True)
+    table.add_column("loss (%)", justify="right", no_wrap=True)
+    shown = 0
+    for scheme in target.schemes:
+        if args.flow not in scheme.summary:
+            continue
+        s = scheme.summary[args.flow]
+        table.add_row(scheme.scheme, "" if scheme.label == scheme.scheme else scheme.label,
+                      str(scheme.n_runs), _fmt(s.tput_mbps, 2), _fmt(s.delay_ms, 2),
+                      _fmt(s.loss, 2, 100.0))
+        shown += 1
+    if not shown:
+        raise InputError(f"no scheme of {target.name or prov.source} has flow {args.flow!r}; "
+                         f"try --flow {TOTAL}")
+    console.print(table)
+    w = target.workload
+    console.print(f"mean ± std over valid runs (std ddof={prov.std_ddof}); workload: {w.flows} "
+                  f"flow(s), interval {w.interval_s:g} s, runtime {w.runtime_s:g} s"
+                  + (f", {w.run_times} runs" if w.run_times else ""), highlight=False)
+    details = [("source", f"{prov.kind}: {prov.source}"), ("path", prov.path_description),
+               ("date", prov.date), ("archive", prov.archive_name), ("url", prov.url),
+               ("sha256", prov.sha256), ("metrics", prov.metrics_from)]
+    for key, value in details:
+        if value:
+            console.print(f"{key}: {value}", highlight=False, soft_wrap=True)
+    for note in prov.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if args.runs:
+        for scheme in target.schemes:
+            for run in scheme.runs:
+                m = run.flows.get(args.flow)
+                if m:
+                    delay = "–" if m.delay_ms is None else f"{m.delay_ms:.2f}"
+                    loss = "–" if m.loss is None else f"{100 * m.loss:.2f}"
+                    console.print(f"  {scheme.scheme} run {run.run}: {m.tput_mbps:.2f} Mbit/s, "
+                                  f"{delay} ms, {loss} % ({run.source})", highlight=False)
+    if target.dropped:
+        console.print(f"[yellow]dropped {len(target.dropped)}:[/yellow]")
+        for dropped in target.dropped:
+            console.print(f"  {dropped}", highlight=False, soft_wrap=True, markup=False)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from calibrate.summary_plot import plot_target
+
+    target = _load(args)
+    name = (target.name or "target").replace("/", "_")
+    out = args.out or Path(f"{name}-summary.png")
+    try:
+        path = plot_target(target, out, flow=args.flow)
+    except OSError as error:
+        raise InputError(f"cannot write {out}: {error.strerror or error}") from None
+    print(path)
+    return 0

@@ -1,0 +1,342 @@
+"""Reading a Pantheon data directory, or an archive of one, of any era into a Target.
+
+Per scheme and run the richest source present wins (spec §3–4): the run's entry in
+`pantheon_perf.json` (2018+); else its `<cc>_datalink_run<N>.log`, recomputed with
+calibrate.metrics and judged valid or not with Pantheon's rule; else its `<cc>_stats_run<N>.log`.
+A run that none of them yields is dropped with the reason, and the rest are used.
+`pantheon_metadata.json` is read in its 2016–17 form (`cc_schemes` one string) and the later one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from calibrate.archive import Limits, extract_archive
+from calibrate.errors import InputError
+from calibrate.jsonfile import read_json
+from calibrate.metrics import (TOTAL, FlowMetrics, analyze_datalink_log, check_run,
+                               parse_stats_log, read_perf_json)
+from calibrate.target import (DroppedRun, Provenance, RunResult, SchemeResult, Target, Workload)
+
+if TYPE_CHECKING:
+    from calibrate.result_id import FetchOptions
+
+METADATA = "pantheon_metadata.json"
+PERF = "pantheon_perf.json"
+PANTHEON_DEFAULT_RUNTIME_S = 30.0  # test.py's default -t
+_LOG_RE = re.compile(r"^(?P<cc>.+)_(?P<kind>datalink|stats)_run(?P<run>\d+)\.log$")
+SOURCE_PERF, SOURCE_DATALINK, SOURCE_STATS = "pantheon_perf.json", "datalink log", "stats log"
+
+
+# ----------------------------------------------------------------------------------------------
+# Metadata
+
+
+@dataclass(frozen=True)
+class Metadata:
+    schemes: tuple[str, ...]
+    flows: int
+    interval_s: float
+    runtime_s: float | None
+    run_times: int | None
+    start_run_id: int
+    era: str  # "2016-17" (cc_schemes a string) or "2018+" (a list)
+    path_description: str | None
+
+
+def read_metadata(path: Path) -> Metadata:
+    data = read_json(path, what=METADATA)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: {METADATA} is a {type(data).__name__}, not an object")
+
+    def number(key: str, kind: type, default: Any) -> Any:
+        value = data.get(key, default)
+        if value is None:
+            return default
+        try:
+            return kind(float(value)) if kind is int else kind(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: {key!r} is {value!r}, not a number; fix the file") from None
+
+    schemes = data.get("cc_schemes", [])
+    if isinstance(schemes, str):  # 2016-17: one space-separated string
+        era, labels = "2016-17", tuple(schemes.split())
+    elif isinstance(schemes, list) and all(isinstance(s, str) for s in schemes):
+        era, labels = "2018+", tuple(schemes)
+    else:
+        raise InputError(f"{path}: 'cc_schemes' is {schemes!r}; expected a list of scheme names "
+                         "or one space-separated string")
+    return Metadata(labels, max(1, number("flows", int, 1)), number("interval", float, 0.0),
+                    number("runtime", float, None), number("run_times", int, None),
+                    number("start_run_id", int, 1), era, _describe_path(data))
+
+
+def _first_line(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip().splitlines()[0].strip()
+
+
+def _describe_path(data: dict[str, Any]) -> str | None:
+    if data.get("mode") == "local":  # an emulator, described by its command line
+        parts = [data.get("prepend_mm_cmds"), "mm-link", data.get("uplink_trace"),
+                 data.get("downlink_trace"), data.get("extra_mm_link_args"),
+                 data.get("append_mm_cmds")]
+        return "emulated: " + " ".join(str(p) for p in parts if p)
+    local = _first_line(data.get("local_desc")) or _first_line(data.get("local_information"))
+    remote = _first_line(data.get("remote_desc")) or _first_line(data.get("remote_information"))
+    if not (local or remote):
+        return None
+    local, remote = local or "local", remote or "remote"
+    sender_is_remote = data.get("sender_side") == "remote"
+    return f"{remote} -> {local}" if sender_is_remote else f"{local} -> {remote}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Experiment titles (archive names)
+
+_TITLE_RE = re.compile(
+    r"^(?P<time>\d{4}-\d{2}-\d{2}T\d{2}-\d{2})-(?P<body>.+?)(?:-(?P<runs>\d+)-runs?)?"
+    r"(?:-(?P<flows>\d+)-flows?)?(?:-FAILED)?$")
+
+
+@dataclass(frozen=True)
+class Title:
+    name: str
+    date: str | None  # ISO, minutes
+    path_description: str | None
+    runs: int | None
+
+
+def parse_title(filename: str) -> Title:
+    """Pantheon's archive names (spec §3.4): `<YYYY-MM-DDTHH-MM>-<src>-to-<dst>-<N>-runs
+    [-<F>-flows]` with `-logs.tar.xz` (2016-17) or `.tar.gz` (later)."""
+    name = filename
+    for suffix in (".tar.xz", ".tar.gz", ".tar.bz2", ".tgz", ".txz", ".tar", ".zip"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    name = re.sub(r"-logs$", "", name)
+    m = _TITLE_RE.match(name)
+    if not m:
+        return Title(name, None, None, None)
+    day, hm = m.group("time").split("T")
+    date = f"{day}T{hm.replace('-', ':')}"
+    body = m.group("body")
+    if body.startswith("emu-"):
+        path = f"emulation scenario {body[4:]}"
+    elif "-to-" in body:
+        src, dst = body.split("-to-", 1)
+        path = f"{src.replace('-', ' ')} -> {dst.replace('-', ' ')}"
+    else:
+        path = None
+    return Title(name, date, path, int(m.group("runs")) if m.group("runs") else None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data directory
+
+
+def wanted_member(rel: str) -> bool:
+    """The archive members a reader needs (raw tunnel logs, acklinks and plots are skipped)."""
+    base = rel.rsplit("/", 1)[-1]
+    if base in (METADATA, PERF, "perf_data.pkl"):  # the pickle only to say it is not loaded
+        return True
+    m = _LOG_RE.match(base)
+    return bool(m) and not m.group("cc").endswith("_mm")
+
+
+def _scan(directory: Path) -> tuple[dict[tuple[str, int], Path], dict[tuple[str, int], Path]]:
+    datalink: dict[tuple[str, int], Path] = {}
+    stats: dict[tuple[str, int], Path] = {}
+    for entry in sorted(directory.iterdir()):
+        m = _LOG_RE.match(entry.name)
+        if not m or not entry.is_file() or m.group("cc").endswith("_mm"):
+            continue  # <cc>_mm_datalink_run<N>.log is the raw mm-link log, not the merged one
+        key = (m.group("cc"), int(m.group("run")))
+        (datalink if m.group("kind") == "datalink" else stats)[key] = entry
+    return datalink, stats
+
+
+def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
+                  provenance: Provenance | None = None) -> Target:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"{directory} is not a directory")
+    notes: list[str] = []
+    meta = read_metadata(directory / METADATA) if (directory / METADATA).is_file() else None
+    if meta is None:
+        notes.append(f"no {METADATA}: schemes and runs taken from the file names")
+
+    perf: dict[str, dict[int, dict[str, FlowMetrics]]] = {}
+    perf_path = perf_file or directory / PERF
+    datalink, stats = _scan(directory)
+    if perf_path.is_file():
+        try:
+            perf = read_perf_json(perf_path)
+        except InputError as error:
+            if not (datalink or stats):
+                raise
+            notes.append(f"ignored {perf_path.name} ({error}); used the logs instead")
+    for name in ("perf_data.pkl",):
+        if (directory / name).exists():
+            notes.append(f"{name} not read: pickles from the internet are never unpickled")
+
+    runtime = meta.runtime_s if meta and meta.runtime_s else None
+    if runtime is None:
+        runtime = PANTHEON_DEFAULT_RUNTIME_S
+        if datalink:
+            notes.append(f"runtime unknown; judged run validity against Pantheon's default "
+                         f"{runtime:g} s")
+
+    labels = _ordered(list(meta.schemes if meta else ()) + list(perf)
+                      + sorted({cc for cc, _ in datalink} | {cc for cc, _ in stats}))
+    if not labels:
+        raise InputError(f"{directory}: no Pantheon results here (no {PERF}, no "
+                         "<scheme>_datalink_run<N>.log, no <scheme>_stats_run<N>.log)")
+    expected_runs: set[int] = set()
+    if meta and meta.run_times:
+        expected_runs = set(range(meta.start_run_id, meta.start_run_id + meta.run_times))
+
+    schemes: list[SchemeResult] = []
+    all_dropped: list[DroppedRun] = []
+    sources: dict[str, int] = {}
+    earliest_init: float | None = None
+    for label in labels:
+        runs = sorted(expected_runs | set(perf.get(label, {}))
+                      | {r for cc, r in datalink if cc == label} | {r for cc, r in stats if cc == label})
+        results: list[RunResult] = []
+        dropped: list[DroppedRun] = []
+        for run in runs:
+            result, reason, init = _read_run(label, run, perf, datalink, stats, runtime)
+            if init is not None:
+                earliest_init = init if earliest_init is None else min(earliest_init, init)
+            if result is None:
+                dropped.append(DroppedRun(label, run, reason or "unknown"))
+            else:
+                results.append(result)
+                sources[result.source] = sources.get(result.source, 0) + 1
+        all_dropped += dropped
+        if results:
+            schemes.append(SchemeResult.of_runs(label, results, dropped))
+        else:
+            all_dropped.append(DroppedRun(label, None, "no valid run"))
+    if not schemes:
+        shown = "; ".join(str(d) for d in all_dropped[:6])
+        more = f" (and {len(all_dropped) - 6} more)" if len(all_dropped) > 6 else ""
+        raise InputError(f"{directory}: no valid run of any scheme: {shown}{more}")
+
+    workload = Workload(meta.flows if meta else _flows_seen(schemes), meta.interval_s if meta else 0.0,
+                        runtime, meta.run_times if meta else None)
+    date = None
+    if earliest_init is not None and earliest_init > 1e12:  # epoch ms, not a relative time
+        date = dt.datetime.fromtimestamp(earliest_init / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M")
+    metrics_from = ", ".join(f"{n} runs from {src}" for src, n in sorted(sources.items()))
+    if SOURCE_DATALINK in sources:
+        metrics_from += " (recomputed with Pantheon's math, spec §4.1)"
+    base = provenance or Provenance(kind="data dir", source=str(directory), name=directory.name)
+    era = f"metadata form {meta.era}" if meta else None
+    prov = replace(base, metrics_from=metrics_from,
+                   date=base.date or date,
+                   path_description=base.path_description or (meta.path_description if meta else None),
+                   notes=tuple(base.notes) + tuple(notes) + ((era,) if era else ()))
+    return Target(tuple(schemes), workload, prov, tuple(all_dropped), name=prov.name)
+
+
+def _ordered(labels: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for label in labels:
+        seen.setdefault(label, None)
+    return list(seen)
+
+
+def _flows_seen(schemes: list[SchemeResult]) -> int:
+    return max((sum(1 for k in s.summary if k != TOTAL) for s in schemes), default=1) or 1
+
+
+def _read_run(label: str, run: int, perf, datalink, stats, runtime: float
+              ) -> tuple[RunResult | None, str | None, float | None]:
+    """One run from the richest source; (result, why-dropped, log init timestamp)."""
+    if run in perf.get(label, {}):
+        return RunResult(run, perf[label][run], SOURCE_PERF), None, None
+    reasons = []
+    if perf:
+        reasons.append(f"not in {PERF}")
+    if (label, run) in datalink:
+        path = datalink[(label, run)]
+        try:
+            run_stats = analyze_datalink_log(path)
+        except InputError as error:
+            return None, "; ".join(reasons + [str(error)]), None
+        validity = check_run(run_stats, runtime)
+        if not validity.valid:
+            return None, "; ".join(reasons + [f"{path.name}: {validity.reason}"]), \
+                run_stats.init_timestamp_ms
+        return RunResult(run, run_stats.metrics(), SOURCE_DATALINK), None, run_stats.init_timestamp_ms
+    if (label, run) in stats:
+        path = stats[(label, run)]
+        try:
+            log = parse_stats_log(path)
+        except InputError as error:
+            return None, "; ".join(reasons + [str(error)]), None
+        if log.flows is None:
+            why = f"{path.name} has no statistics block (Pantheon discarded the run"
+            why += f": {log.discarded_reason})" if log.discarded_reason else ")"
+            return None, "; ".join(reasons + [why]), None
+        return RunResult(run, log.flows, SOURCE_STATS), None, None
+    reasons.append(f"no {label}_datalink_run{run}.log or {label}_stats_run{run}.log")
+    return None, "; ".join(reasons), None
+
+
+# ----------------------------------------------------------------------------------------------
+# Archives
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_archive(path: Path | str, options: "FetchOptions") -> Target:
+    """Extract (once, into the cache) and read a Pantheon result archive of any era."""
+    path = Path(path)
+    checksum = sha256_file(path)
+    dest = options.cache_dir / "extracted" / checksum[:32]
+    if not dest.is_dir():
+        try:
+            extract_archive(path, dest, want=wanted_member,
+                            limits=Limits(max_bytes=options.max_extract_bytes))
+        except OSError as error:
+            if not dest.is_dir():  # else another process extracted it first: use theirs
+                raise InputError(f"cannot extract {path.name} into {dest.parent}: "
+                                 f"{error.strerror or error}; check the cache directory "
+                                 "(--cache-dir)") from None
+    directory = _find_data_dir(dest, path)
+    title = parse_title(path.name)
+    prov = Provenance(kind="archive", source=str(path), name=title.name, date=title.date,
+                      path_description=title.path_description, archive_name=path.name,
+                      sha256=checksum)
+    return read_data_dir(directory, provenance=prov)
+
+
+def _find_data_dir(root: Path, archive: Path) -> Path:
+    candidates = sorted({p.parent for p in root.rglob("*") if p.is_file()})
+    if not candidates:
+        raise InputError(f"{archive}: no Pantheon results inside (no {PERF}, {METADATA}, "
+                         "datalink or stats logs); is it the data archive and not the UID "
+                         "(raw tunnel log) archive?")
+    if len(candidates) > 1:
+        shown = ", ".join(str(c.relative_to(root)) or "." for c in candidates[:5])
+        raise InputError(f"{archive}: holds several result directories ({shown}); extract it and "
+                         "pass the one you mean")
+    return candidates[0]

@@ -1,0 +1,303 @@
+"""Targets from summary tables: per-scheme mean/std, without per-run values.
+
+Three forms:
+- the text table printed by Pantheon's `compare_two_experiments.py` (one row per scheme and
+  metric, columns for both experiments; experiment 1 is read unless told otherwise);
+- CSV with a header `scheme,runs,tput_mbps_mean,tput_mbps_std,delay_p95_ms_mean,
+  delay_p95_ms_std,loss_pct_mean,loss_pct_std` (optional `flow` and `*_median` columns), and
+  `# key: value` comment lines above it for provenance (`name`, `date`, `path`, `source`,
+  `runtime_s`, `flows`, `interval_s`, `std_ddof`, `note`) — so a table from a paper can be typed in;
+- JSON: `{"schemes": {"<label>": {"runs": 10, "tput_mbps": {"mean": .., "std": ..},
+  "delay_p95_ms": {..}, "loss_pct": {..}}}, "workload": {..}, "provenance": {..}, "std_ddof": 0}`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calibrate.aliases import canonical_scheme
+from calibrate.errors import InputError
+from calibrate.jsonfile import read_json
+from calibrate.metrics import STD_DDOF, TOTAL, Aggregate
+from calibrate.target import FlowSummary, Provenance, SchemeResult, Target, Workload
+
+_METRICS = ("tput_mbps", "delay_p95_ms", "loss_pct")
+_REQUIRED = ("scheme", "tput_mbps_mean", "delay_p95_ms_mean")
+_KNOWN = {"scheme", "runs", "flow"} | {f"{m}_{s}" for m in _METRICS
+                                       for s in ("mean", "std", "median")}
+_MAX_TABLE_BYTES = 16 * 1024 * 1024
+
+
+def read_summary_table(path: Path | str, *, experiment: int = 1) -> Target:
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        return _read_json_table(path)
+    try:
+        if path.stat().st_size > _MAX_TABLE_BYTES:
+            raise InputError(f"{path}: too large for a summary table")
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file; a summary table is CSV, JSON or the text "
+                         "printed by compare_two_experiments.py") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot read: {error.strerror or error}") from None
+    if _COMPARE_HEADER.search(text):
+        return read_compare_table(text, source=str(path), experiment=experiment)
+    first = next((line for line in text.splitlines()
+                  if line.strip() and not line.lstrip().startswith("#")), "")
+    if path.suffix.lower() == ".csv" or "," in first:
+        return read_csv_table(text, source=str(path))
+    raise InputError(f"{path}: not a recognised target: expected a Pantheon data directory or "
+                     "archive, a result ID, a CSV or JSON summary table, or the text table "
+                     "printed by compare_two_experiments.py")
+
+
+def _number(text: str, source: str, line: int, column: str) -> float | None:
+    text = text.strip()
+    if text == "" or text.lower() in ("nan", "na", "n/a", "-"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{source}:{line}: {column} {text!r} is not a number") from None
+    if math.isinf(value):
+        raise InputError(f"{source}:{line}: {column} is infinite")
+    return value
+
+
+def _scheme(label: str, runs: int | None, flows: Mapping[str, dict[str, float | None]],
+            ddof: int) -> SchemeResult:
+    """A scheme with aggregates only.  Values: tput/delay mean, std, median; loss in %."""
+    summary = {}
+    for key, v in flows.items():
+        def agg(metric: str, divisor: float = 1.0) -> Aggregate:
+            mean = v.get(f"{metric}_mean")
+            if mean is None:
+                return Aggregate(None, None, None, 0, ddof)
+            std, median = v.get(f"{metric}_std"), v.get(f"{metric}_median")
+            return Aggregate(mean / divisor, None if median is None else median / divisor,
+                             None if std is None else std / divisor, runs or 1, ddof)
+        # tables print loss in %, targets hold a fraction
+        summary[key] = FlowSummary(agg("tput_mbps"), agg("delay_p95_ms"), agg("loss_pct", 100.0))
+    return SchemeResult(canonical_scheme(label), label, (), summary)
+
+
+# ----------------------------------------------------------------------------------------------
+# CSV
+
+
+def read_csv_table(text: str, *, source: str) -> Target:
+    meta: dict[str, str] = {}
+    body: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            if m := re.match(r"#\s*([A-Za-z_][\w ]*?)\s*:\s*(.*)$", stripped):
+                key = m.group(1).lower().replace(" ", "_")
+                meta[key] = (meta[key] + " " + m.group(2)) if key == "note" and key in meta \
+                    else m.group(2).strip()
+            continue
+        if stripped:
+            body.append((number, line))
+    if not body:
+        raise InputError(f"{source}: empty table; expected a header line "
+                         f"{','.join(_REQUIRED)},...")
+    header_line, header = body[0][0], next(csv.reader([body[0][1]]))
+    header = [h.strip().lower() for h in header]
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        raise InputError(f"{source}:{header_line}: the header lacks {', '.join(missing)}; "
+                         f"expected e.g. scheme,runs,tput_mbps_mean,tput_mbps_std,"
+                         "delay_p95_ms_mean,delay_p95_ms_std,loss_pct_mean,loss_pct_std")
+    unknown = [c for c in header if c not in _KNOWN]
+    if unknown:
+        raise InputError(f"{source}:{header_line}: unknown column(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(_KNOWN))}")
+    ddof = _int_meta(meta, "std_ddof", STD_DDOF, source)
+    rows: dict[str, dict[str, Any]] = {}
+    for number, line in body[1:]:
+        cells = next(csv.reader([line]))
+        if len(cells) != len(header):
+            raise InputError(f"{source}:{number}: {len(cells)} cells, the header has "
+                             f"{len(header)}")
+        row = dict(zip(header, (c.strip() for c in cells)))
+        label = row["scheme"]
+        if not label:
+            raise InputError(f"{source}:{number}: empty scheme name")
+        flow = row.get("flow") or TOTAL
+        runs = None
+        if row.get("runs"):
+            if not row["runs"].isdigit():
+                raise InputError(f"{source}:{number}: runs {row['runs']!r} is not a whole number")
+            runs = int(row["runs"])
+        values = {c: _number(row[c], source, number, c) for c in header
+                  if c not in ("scheme", "runs", "flow")}
+        for col in ("tput_mbps_mean", "delay_p95_ms_mean"):
+            if values.get(col) is None:
+                raise InputError(f"{source}:{number}: {col} is empty for {label}")
+        entry = rows.setdefault(label, {"runs": runs, "flows": {}})
+        if flow in entry["flows"]:
+            raise InputError(f"{source}:{number}: {label} flow {flow} appears twice")
+        entry["flows"][flow] = values
+        entry["runs"] = entry["runs"] or runs
+    return _target(rows, meta, source, ddof)
+
+
+def _int_meta(meta: Mapping[str, str], key: str, default: int, source: str) -> int:
+    if key not in meta:
+        return default
+    try:
+        return int(meta[key])
+    except ValueError:
+        raise InputError(f"{source}: '# {key}: {meta[key]}' is not a whole number") from None
+
+
+def _target(rows: Mapping[str, dict[str, Any]], meta: Mapping[str, str], source: str,
+            ddof: int, kind: str = "summary table") -> Target:
+    schemes = []
+    for label, entry in rows.items():
+        if TOTAL not in entry["flows"]:
+            raise InputError(f"{source}: {label} has per-flow rows but no '{TOTAL}' row")
+        schemes.append(_scheme(label, entry["runs"], entry["flows"], ddof))
+
+    def num(key: str, default: float) -> float:
+        try:
+            return float(meta.get(key, default))
+        except ValueError:
+            raise InputError(f"{source}: '# {key}: {meta[key]}' is not a number") from None
+
+    run_times = meta.get("run_times")
+    workload = Workload(int(num("flows", 1)), num("interval_s", 0.0), num("runtime_s", 30.0),
+                        int(run_times) if run_times and run_times.isdigit() else None)
+    notes = [meta["note"]] if meta.get("note") else []
+    notes.append("aggregates only: the table has no per-run values")
+    prov = Provenance(kind=kind, source=meta.get("source", source), name=meta.get("name", ""),
+                      date=meta.get("date"), path_description=meta.get("path"),
+                      archive_name=meta.get("archive"),
+                      metrics_from=meta.get("metrics_from", f"per-scheme mean/std from {source}"),
+                      std_ddof=ddof, notes=tuple(notes))
+    return Target(tuple(schemes), workload, prov, (), name=prov.name)
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON
+
+
+def _read_json_table(path: Path) -> Target:
+    data = read_json(path, what="summary table")
+    source = str(path)
+    if not isinstance(data, dict) or not isinstance(data.get("schemes"), (dict, list)):
+        raise InputError(f"{source}: a JSON summary table is an object with \"schemes\": "
+                         '{"<label>": {"runs": N, "tput_mbps": {"mean": .., "std": ..}, '
+                         '"delay_p95_ms": {..}, "loss_pct": {..}}}')
+    items = data["schemes"].items() if isinstance(data["schemes"], dict) else \
+        ((s.get("scheme") if isinstance(s, dict) else None, s) for s in data["schemes"])
+    ddof = int(data.get("std_ddof", STD_DDOF))
+    rows: dict[str, dict[str, Any]] = {}
+    for label, entry in items:
+        where = f"{source}: scheme {label!r}"
+        if not isinstance(label, str) or not isinstance(entry, dict):
+            raise InputError(f"{where}: each scheme is an object named by its label")
+        values: dict[str, float | None] = {}
+        for metric in _METRICS:
+            stat = entry.get(metric)
+            if stat is None and metric == "loss_pct" and "loss" in entry:
+                stat = {k: (None if v is None else 100 * v) for k, v in entry["loss"].items()}
+            if stat is None:
+                continue
+            if not isinstance(stat, dict):
+                raise InputError(f"{where}: {metric!r} must be {{\"mean\": .., \"std\": ..}}")
+            for part in ("mean", "std", "median"):
+                value = stat.get(part)
+                if value is not None and (isinstance(value, bool)
+                                          or not isinstance(value, (int, float))):
+                    raise InputError(f"{where}: {metric}.{part} {value!r} is not a number")
+                values[f"{metric}_{part}"] = None if value is None else float(value)
+        for col in ("tput_mbps_mean", "delay_p95_ms_mean"):
+            if values.get(col) is None:
+                raise InputError(f"{where}: {col.replace('_mean', '')}.mean is missing")
+        runs = entry.get("runs")
+        if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 0):
+            raise InputError(f"{where}: runs {runs!r} is not a whole number")
+        rows[label] = {"runs": runs, "flows": {TOTAL: values}}
+    meta = {k: str(v) for k, v in (data.get("provenance") or {}).items() if v is not None}
+    meta.update({k: str(v) for k, v in (data.get("workload") or {}).items() if v is not None})
+    if "name" in data:
+        meta["name"] = str(data["name"])
+    return _target(rows, meta, source, ddof)
+
+
+# ----------------------------------------------------------------------------------------------
+# compare_two_experiments.py text table
+
+_COMPARE_HEADER = re.compile(r"^\s*scheme\s+exp 1 runs\s+exp 2 runs\s+aggregate metric", re.M)
+_NUMBER = r"(-?(?:\d+(?:\.\d*)?|\.\d+)|nan|-?inf)"
+_COMPARE_ROW = re.compile(
+    r"^(?P<scheme>\S+)\s+(?P<r1>\d+)\s+(?P<r2>\d+)\s+(?P<metric>\S.*?)\s+"
+    rf"(?P<m1>{_NUMBER})\s+(?P<m2>{_NUMBER})\s+\S+\s+(?P<s1>{_NUMBER})\s+(?P<s2>{_NUMBER})\s+\S+\s*$")
+_COMPARISON_OF = re.compile(r"^\s*Comparison of:\s*(?P<a>.+?)\s+and\s+(?P<b>.+?)\s*$", re.M)
+
+
+def _metric_kind(label: str) -> str | None:
+    low = label.lower()
+    if "throughput" in low:
+        return "tput_mbps"
+    if "delay" in low:
+        return "delay_p95_ms"
+    if "loss" in low:
+        return "loss_pct"
+    return None
+
+
+def read_compare_table(text: str, *, source: str, experiment: int = 1) -> Target:
+    """Experiment 1's (or 2's) per-scheme mean and std from compare_two_experiments.py output."""
+    if experiment not in (1, 2):
+        raise InputError("experiment must be 1 or 2")
+    lines = text.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if _COMPARE_HEADER.match(line))
+    start = header_at + 1
+    if start < len(lines) and set(lines[start].strip()) <= {"-", " "} and lines[start].strip():
+        start += 1
+    rows: dict[str, dict[str, Any]] = {}
+    for index in range(start, len(lines)):
+        line = lines[index]
+        if not line.strip():
+            break  # the table ends at the first blank line; scores may follow
+        m = _COMPARE_ROW.match(line.strip())
+        if not m:
+            raise InputError(f"{source}:{index + 1}: not a row of a compare_two_experiments "
+                             f"table: {line.strip()[:80]!r}")
+        kind = _metric_kind(m.group("metric"))
+        if kind is None:
+            raise InputError(f"{source}:{index + 1}: unknown aggregate metric "
+                             f"{m.group('metric')!r}; expected throughput, delay or loss")
+        runs = int(m.group(f"r{experiment}"))
+        mean = _number(m.group(f"m{experiment}"), source, index + 1, "mean")
+        std = _number(m.group(f"s{experiment}"), source, index + 1, "std dev")
+        entry = rows.setdefault(m.group("scheme"), {"runs": runs, "flows": {TOTAL: {}}})
+        entry["flows"][TOTAL][f"{kind}_mean"] = mean
+        entry["flows"][TOTAL][f"{kind}_std"] = std
+    if not rows:
+        raise InputError(f"{source}:{header_at + 1}: the compare_two_experiments table has no rows")
+    for label, entry in rows.items():
+        for col in ("tput_mbps_mean", "delay_p95_ms_mean"):
+            if entry["flows"][TOTAL].get(col) is None:
+                raise InputError(f"{source}: {label} has no {col.split('_')[0]} row for "
+                                 f"experiment {experiment}")
+    meta: dict[str, str] = {"metrics_from": f"experiment {experiment} of a "
+                                            "compare_two_experiments.py table (mean, np.std)"}
+    if m := _COMPARISON_OF.search(text):
+        from calibrate.datadir import parse_title
+
+        title = parse_title(m.group("a" if experiment == 1 else "b").rstrip("/"))
+        meta["name"] = title.name
+        if title.date:
+            meta["date"] = title.date
+        if title.path_description:
+            meta["path"] = title.path_description
+    return _target(rows, meta, source, STD_DDOF)

@@ -1,0 +1,333 @@
+"""A target: the real-path measurement a calibration tries to reproduce.
+
+Per scheme (canonical name plus the label the source used) and per flow plus "all": the
+per-run throughput, p95 one-way delay and loss of the valid runs, their aggregates, the runs that
+were dropped and why; the workload; where the numbers came from.  A summary table has aggregates
+but no per-run values, and a Target says so (`runs` is empty) rather than inventing runs.
+
+`load_target(spec)` turns what a user types (a bundled name, a result ID, an archive, a data dir,
+a summary table, a saved target JSON) into a Target; the readers live in their own modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from calibrate.aliases import canonical_scheme
+from calibrate.errors import InputError
+from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
+
+if TYPE_CHECKING:  # the readers import this module; import them lazily at run time
+    from calibrate.result_id import FetchOptions
+
+FORMAT = "calibrate-target"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FlowSummary:
+    """Aggregates of one flow (or "all") of one scheme over its valid runs.  loss is a fraction."""
+
+    tput_mbps: Aggregate
+    delay_ms: Aggregate
+    loss: Aggregate
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tput_mbps": self.tput_mbps.to_json(), "delay_ms": self.delay_ms.to_json(),
+                "loss": self.loss.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "FlowSummary":
+        return cls(Aggregate.from_json(data["tput_mbps"]), Aggregate.from_json(data["delay_ms"]),
+                   Aggregate.from_json(data["loss"]))
+
+    @classmethod
+    def of_runs(cls, metrics: Iterable[FlowMetrics], ddof: int = STD_DDOF) -> "FlowSummary":
+        metrics = list(metrics)
+        return cls(aggregate((m.tput_mbps for m in metrics), ddof),
+                   aggregate((m.delay_ms for m in metrics), ddof),
+                   aggregate((m.loss for m in metrics), ddof))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One valid run of one scheme: metrics per flow key ("all", "1", ...) and their source."""
+
+    run: int
+    flows: Mapping[str, FlowMetrics]
+    source: str  # "pantheon_perf.json", "datalink log", "stats log"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "source": self.source,
+                "flows": {key: m.to_json() for key, m in self.flows.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RunResult":
+        return cls(int(data["run"]),
+                   {key: FlowMetrics(float(v["tput"]), _opt(v.get("delay")), _opt(v.get("loss")))
+                    for key, v in data["flows"].items()},
+                   str(data.get("source", "")))
+
+
+@dataclass(frozen=True)
+class DroppedRun:
+    """A run of a source that is not in the target, and why (for the user to judge)."""
+
+    label: str
+    run: int | None  # None: the whole scheme was dropped
+    reason: str
+
+    def __str__(self) -> str:
+        where = self.label if self.run is None else f"{self.label} run {self.run}"
+        return f"{where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class SchemeResult:
+    scheme: str  # canonical name (calibrate.aliases)
+    label: str  # as the source spelled it, e.g. default_tcp
+    runs: tuple[RunResult, ...]  # valid runs; empty when the source has only aggregates
+    summary: Mapping[str, FlowSummary]  # flow key -> aggregates over valid runs
+    dropped: tuple[DroppedRun, ...] = ()
+
+    @classmethod
+    def of_runs(cls, label: str, runs: Iterable[RunResult], dropped: Iterable[DroppedRun] = (),
+                ddof: int = STD_DDOF) -> "SchemeResult":
+        runs = tuple(sorted(runs, key=lambda r: r.run))
+        keys = sorted({key for r in runs for key in r.flows}, key=_flow_order)
+        summary = {key: FlowSummary.of_runs((r.flows[key] for r in runs if key in r.flows), ddof)
+                   for key in keys}
+        return cls(canonical_scheme(label), label, runs, summary, tuple(dropped))
+
+    @property
+    def n_runs(self) -> int:
+        """Valid runs behind the aggregates (from the table's count when there are no runs)."""
+        return len(self.runs) if self.runs else self.total.tput_mbps.n
+
+    @property
+    def total(self) -> FlowSummary:
+        return self.summary[TOTAL]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme": self.scheme, "label": self.label, "n_runs": self.n_runs,
+                "summary": {key: s.to_json() for key, s in self.summary.items()},
+                "runs": [r.to_json() for r in self.runs],
+                "dropped": [{"run": d.run, "reason": d.reason} for d in self.dropped]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SchemeResult":
+        label = str(data.get("label") or data["scheme"])
+        return cls(str(data["scheme"]), label,
+                   tuple(RunResult.from_json(r) for r in data.get("runs", [])),
+                   {key: FlowSummary.from_json(s) for key, s in data["summary"].items()},
+                   tuple(DroppedRun(label, d.get("run"), str(d["reason"]))
+                         for d in data.get("dropped", [])))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How each scheme was run: Pantheon's -f, --interval, -t and --run-times."""
+
+    flows: int = 1
+    interval_s: float = 0.0
+    runtime_s: float = 30.0
+    run_times: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flows": self.flows, "interval_s": self.interval_s, "runtime_s": self.runtime_s,
+                "run_times": self.run_times}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Workload":
+        run_times = data.get("run_times")
+        return cls(int(data.get("flows", 1)), float(data.get("interval_s", 0.0)),
+                   float(data.get("runtime_s", 30.0)), None if run_times is None else int(run_times))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the numbers come from, precisely enough to fetch and recompute them again."""
+
+    kind: str  # "archive", "data dir", "result", "summary table", "bundled", "target json"
+    source: str  # path or URL as given
+    name: str = ""  # experiment title, e.g. 2017-01-03T21-30-Nepal-to-AWS-India-10-runs
+    date: str | None = None  # ISO date (time) of the measurement, when known
+    path_description: str | None = None  # e.g. "Nepal (Wi-Fi mesh) -> AWS India"
+    archive_name: str | None = None
+    sha256: str | None = None  # of the archive or file read
+    result_id: int | None = None
+    url: str | None = None
+    metrics_from: str = ""  # how the per-run numbers were obtained
+    std_ddof: int = STD_DDOF
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["notes"] = list(self.notes)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Provenance":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["notes"] = tuple(known.get("notes", ()))
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Target:
+    schemes: tuple[SchemeResult, ...]
+    workload: Workload
+    provenance: Provenance
+    dropped: tuple[DroppedRun, ...] = ()  # runs or schemes left out, with the reason
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        names = [s.scheme for s in self.schemes]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise InputError(f"target {self.name or self.provenance.source!r} lists "
+                             f"{', '.join(duplicates)} more than once (perhaps under a legacy and "
+                             "a current label); keep one")
+
+    def scheme(self, name: str) -> SchemeResult:
+        """Look a scheme up by canonical name or by the source's label."""
+        canonical = canonical_scheme(name)
+        for s in self.schemes:
+            if s.scheme == canonical or s.label == name:
+                return s
+        raise InputError(f"scheme {name!r} is not in target {self.name!r}; it has "
+                         f"{', '.join(s.scheme for s in self.schemes)}")
+
+    @property
+    def scheme_names(self) -> list[str]:
+        return [s.scheme for s in self.schemes]
+
+    @property
+    def has_runs(self) -> bool:
+        return any(s.runs for s in self.schemes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": FORMAT_VERSION, "name": self.name,
+                "workload": self.workload.to_json(), "provenance": self.provenance.to_json(),
+                "schemes": [s.to_json() for s in self.schemes],
+                "dropped": [{"label": d.label, "run": d.run, "reason": d.reason}
+                            for d in self.dropped]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: str = "target JSON") -> "Target":
+        if data.get("format") != FORMAT:
+            raise InputError(f"{source}: not a calibrate target (no \"format\": \"{FORMAT}\")")
+        if int(data.get("version", 0)) > FORMAT_VERSION:
+            raise InputError(f"{source}: target format version {data.get('version')} is newer "
+                             f"than this calibrate understands ({FORMAT_VERSION}); upgrade")
+        try:
+            return cls(tuple(SchemeResult.from_json(s) for s in data["schemes"]),
+                       Workload.from_json(data.get("workload", {})),
+                       Provenance.from_json(data.get("provenance", {"kind": "target json",
+                                                                    "source": source})),
+                       tuple(DroppedRun(str(d["label"]), d.get("run"), str(d["reason"]))
+                             for d in data.get("dropped", [])),
+                       str(data.get("name", "")))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{source}: malformed calibrate target ({type(error).__name__}: "
+                             f"{error}); regenerate it with `calibrate target show --write`") from None
+
+    def with_provenance(self, **changes: Any) -> "Target":
+        return replace(self, provenance=replace(self.provenance, **changes))
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _flow_order(key: str) -> tuple[int, int]:
+    return (0, 0) if key == TOTAL else (1, int(key) if key.isdigit() else 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bundled targets
+
+BUNDLED_INDEX = "bundled_targets.json"
+
+
+def bundled_targets() -> dict[str, dict[str, Any]]:
+    """Name -> description of the targets shipped inside the package (calibrate/data)."""
+    text = resources.files("calibrate.data").joinpath(BUNDLED_INDEX).read_text()
+    return json.loads(text)
+
+
+def load_bundled(name: str) -> Target:
+    from calibrate.summary_table import read_summary_table
+
+    entry = bundled_targets()[name]
+    resource = resources.files("calibrate.data").joinpath(entry["file"])
+    with resources.as_file(resource) as path:
+        target = read_summary_table(path)
+    prov = entry.get("provenance", {})
+    return replace(target, name=name, workload=Workload.from_json(entry.get("workload", {})),
+                   provenance=replace(target.provenance, kind="bundled", source=name,
+                                      **{k: (tuple(v) if k == "notes" else v)
+                                         for k, v in prov.items()}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Dispatch
+
+
+def load_target(spec: str, *, fetch: "FetchOptions | None" = None) -> Target:
+    """Resolve TARGET as typed on the command line.  An existing path wins; then a bundled name;
+    then a Pantheon result ID (P188, 188 or its URL)."""
+    from calibrate.archive import is_archive_name
+    from calibrate.result_id import FetchOptions, looks_like_result_id, read_result
+
+    path = Path(os.path.expanduser(spec))
+    if path.exists():
+        return load_path(path, fetch=fetch)
+    if spec in bundled_targets():
+        return load_bundled(spec)
+    if looks_like_result_id(spec):
+        return read_result(spec, fetch or FetchOptions.from_environment())
+    hint = ""
+    if is_archive_name(spec) or spec.endswith((".csv", ".json", ".txt")):
+        hint = " (no such file)"
+    raise InputError(f"target {spec!r} is not a file or directory{hint}, a bundled target "
+                     f"({', '.join(sorted(bundled_targets()))}) or a Pantheon result ID "
+                     "(P188, 188 or https://pantheon.stanford.edu/result/188/)")
+
+
+def load_path(path: Path, *, fetch: "FetchOptions | None" = None) -> Target:
+    from calibrate.archive import is_archive_name
+    from calibrate.datadir import read_archive, read_data_dir
+    from calibrate.jsonfile import read_json
+    from calibrate.result_id import FetchOptions
+    from calibrate.summary_table import read_summary_table
+
+    if path.is_dir():
+        return read_data_dir(path)
+    if is_archive_name(path.name):
+        return read_archive(path, fetch or FetchOptions.from_environment())
+    if path.suffix.lower() == ".json":
+        data = read_json(path)
+        if isinstance(data, dict) and data.get("format") == FORMAT:
+            return Target.from_json(data, source=str(path))
+        if path.name.endswith("pantheon_perf.json") or _looks_like_perf(data):
+            return read_data_dir(path.parent, perf_file=path)
+        return read_summary_table(path)
+    if path.name.endswith("pantheon_metadata.json"):
+        return read_data_dir(path.parent)
+    return read_summary_table(path)
+
+
+def _looks_like_perf(data: Any) -> bool:
+    if not isinstance(data, dict) or not data or "schemes" in data:
+        return False
+    return all(isinstance(v, dict) and all(str(k).isdigit() for k in v) for v in data.values())
