@@ -1,0 +1,114 @@
+"""The Spearmint-like baseline: scikit-optimize's GP with expected improvement.
+
+The paper calibrated with Spearmint (a GP prior and EI).  scikit-optimize's `Optimizer` is the
+closest maintained equivalent: a Matern-5/2 ARD kernel, normalized outcome, a fitted Gaussian
+(white) noise, EI.  It cannot take per-point noise, so reported noise is recorded but unused.
+
+scikit-optimize is stateful; here a fresh skopt `Optimizer` is rebuilt from the history for each
+proposal, which keeps proposals a pure function of the history (reproducible resume) at the cost
+of one GP fit per proposed point — negligible next to an evaluation.  Pending points, and the
+earlier points of the same batch, enter as constant-liar observations at the best value so far
+("cl_min", skopt's default batch strategy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from skopt import Optimizer as SkoptOptimizer
+from skopt.acquisition import gaussian_ei
+from skopt.space import Real
+from skopt.utils import cook_estimator
+
+from calibrate.errors import InputError
+from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, sobol, stream_seed
+
+
+class SkoptGP(Optimizer):
+    """GP + EI via scikit-optimize (see module docstring)."""
+
+    name = "skopt"
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        seed: int = 0,
+        warm_start: Sequence[np.ndarray] = (),
+        n_initial: int | None = None,
+        ei_threshold: float = DEFAULT_EI_THRESHOLD,
+        acq_optimizer: str = "lbfgs",
+        n_points: int = 2000,
+        n_restarts: int = 3,
+        xi: float = 0.01,
+    ) -> None:
+        super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial,
+                         ei_threshold=ei_threshold)
+        if acq_optimizer not in ("lbfgs", "sampling"):
+            raise InputError(f"acq_optimizer must be 'lbfgs' or 'sampling', got {acq_optimizer!r}")
+        self.acq_optimizer = acq_optimizer
+        self.n_points = int(n_points)
+        self.n_restarts = int(n_restarts)
+        self.xi = float(xi)
+        self._fitted: SkoptOptimizer | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {"acq_optimizer": self.acq_optimizer, "n_points": self.n_points,
+                "n_restarts": self.n_restarts, "xi": self.xi}
+
+    def _invalidate(self) -> None:
+        self._fitted = None
+
+    def _build(self, pending: np.ndarray) -> SkoptOptimizer:
+        """A skopt optimizer told the history and, as lies at min(y), the pending points."""
+        random_state = stream_seed(self.seed, 6, len(self._y), len(pending))
+        dims = [Real(0.0, 1.0) for _ in range(self.dim)]
+        opt = SkoptOptimizer(
+            dims,
+            base_estimator=cook_estimator("GP", space=dims, random_state=random_state,
+                                          noise="gaussian"),
+            n_initial_points=0,  # the shared Sobol design came first
+            acq_func="EI",
+            acq_func_kwargs={"xi": self.xi},
+            acq_optimizer=self.acq_optimizer,
+            acq_optimizer_kwargs={"n_points": self.n_points,
+                                  "n_restarts_optimizer": self.n_restarts},
+            random_state=random_state,
+        )
+        xs = [x.tolist() for x in self._x] + [list(map(float, p)) for p in pending]
+        lie = min(self._y)
+        opt.tell(xs, self._y + [lie] * len(pending))
+        return opt
+
+    def _model(self) -> Any:
+        if self._fitted is None:
+            self._fitted = self._build(np.empty((0, self.dim)))
+        return self._fitted
+
+    def _propose(self, n: int, pending: np.ndarray) -> list[np.ndarray]:
+        # One point at a time, each earlier one joining the pending lies.  skopt's own batch
+        # ask(n, "cl_min") is meant to do the same, but in our tests its batches were far worse
+        # (regret ~10 vs ~0.3 on the 4-D test quadratic, batches of 4); cause not pinned down.
+        points: list[np.ndarray] = []
+        for _ in range(n):
+            opt = self._build(np.vstack([pending, *points]) if points else pending)
+            points.append(np.asarray(opt.ask(), dtype=float))
+        return points
+
+    def _posterior_mean(self, xs: np.ndarray) -> np.ndarray:
+        opt = self._model()
+        return np.asarray(opt.models[-1].predict(opt.space.transform(xs.tolist())), dtype=float)
+
+    def _max_expected_improvement(self) -> float:
+        """EI (xi = 0) against the best posterior mean at evaluated points, maximized over a
+        Sobol set plus the evaluated points (skopt's GP has no cheap gradient-based route)."""
+        opt = self._model()
+        candidates = np.vstack([sobol(self.dim, stream_seed(self.seed, 7), 1024),
+                                np.array(self._x)])
+        y_opt = float(np.min(self._posterior_mean(np.array(self._x))))
+        ei = gaussian_ei(opt.space.transform(candidates.tolist()), opt.models[-1],
+                         y_opt=y_opt, xi=0.0)
+        return float(np.max(ei)) if len(ei) else math.nan

@@ -1,0 +1,129 @@
+"""The replication error against hand-computed values, and its noise estimate."""
+
+import math
+
+import numpy as np
+import pytest
+
+from calibrate.errors import InputError
+from calibrate.objective import Failure, Stats, replication_error
+
+REAL = {"cubic": Stats(10.0, 50.0, 0.01), "vegas": Stats(2.0, 40.0, 0.0)}
+
+
+def test_paper_formula_by_hand():
+    emulated = {"cubic": [Stats(12.0, 45.0, 0.02)], "vegas": [Stats(1.5, 40.0, 0.004)]}
+    r = replication_error(REAL, emulated)
+    # cubic: (|12-10|/10 + |45-50|/50) / 2 = (0.2 + 0.1) / 2 = 0.15
+    # vegas: (|1.5-2|/2 + 0) / 2 = 0.125;  f = 100 x mean(0.15, 0.125)
+    assert r.f == pytest.approx(13.75)
+    assert r.throughput == pytest.approx(22.5)  # mean(20 %, 25 %)
+    assert r.delay == pytest.approx(5.0)  # mean(10 %, 0 %)
+    # loss: cubic |0.02 - 0.01| / 0.01 = 1; vegas |0.004 - 0| / max(0, 0.1 %) = 4
+    assert r.loss == pytest.approx(250.0)
+    assert [s.key for s in r.schemes] == ["cubic", "vegas"]
+    assert r.schemes[0].throughput == pytest.approx(0.2)
+    assert r.dropped == () and r.penalized == {}
+
+
+def test_loss_enters_f_only_when_asked():
+    emulated = {"cubic": [Stats(12.0, 45.0, 0.02)], "vegas": [Stats(1.5, 40.0, 0.004)]}
+    with_loss = replication_error(REAL, emulated, include_loss=True)
+    # cubic (0.2 + 0.1 + 1) / 3, vegas (0.25 + 0 + 4) / 3
+    assert with_loss.f == pytest.approx(100 * ((1.3 / 3) + (4.25 / 3)) / 2)
+    assert with_loss.loss == replication_error(REAL, emulated).loss
+
+
+def test_replicates_are_aggregated_by_mean_or_median():
+    emulated = {"cubic": [Stats(9.0, 50.0, 0.01), Stats(10.0, 50.0, 0.01), Stats(14.0, 50.0, 0.01)],
+                "vegas": [Stats(2.0, 40.0, 0.0)] * 3}
+    mean = replication_error(REAL, emulated)
+    assert mean.schemes[0].emulated.throughput == pytest.approx(11.0)
+    assert mean.f == pytest.approx(100 * (0.1 / 2 + 0) / 2)
+    median = replication_error(REAL, emulated, aggregate="median")
+    assert median.schemes[0].emulated.throughput == 10.0
+    assert median.f == 0.0
+    with pytest.raises(InputError):
+        replication_error(REAL, emulated, aggregate="mode")
+
+
+def test_only_common_schemes_count_and_dropped_are_reported():
+    real = {**REAL, "sprout": Stats(3.0, 60.0, 0.0)}
+    emulated = {"cubic": [Stats(10.0, 50.0, 0.01)], "vegas": [Stats(2.0, 40.0, 0.0)],
+                "bbr": [Stats(1.0, 1.0, 0.0)]}
+    r = replication_error(real, emulated)
+    assert r.f == 0.0
+    assert r.dropped == ("sprout",) and r.ignored == ("bbr",)
+    with pytest.raises(InputError, match="no scheme"):
+        replication_error({"sprout": Stats(3.0, 60.0, 0.0)}, emulated)
+
+
+def test_failed_schemes_are_penalized_with_their_reason():
+    emulated = {"cubic": [Failure("sender crashed"), Failure("sender crashed")],
+                "vegas": [Stats(2.0, 40.0, 0.0)]}
+    r = replication_error(REAL, emulated, penalty=2.0)
+    assert r.penalized == {"cubic": "sender crashed; sender crashed"}
+    assert r.schemes[0].emulated is None
+    assert r.f == pytest.approx(100 * (2.0 + 0.0) / 2)  # (2 + 2) / 2 for cubic, 0 for vegas
+    # invalid numbers count as failures too
+    r = replication_error(REAL, {"cubic": [Stats(0.0, math.nan, 0.0)], "vegas": [Stats(2, 40, 0)]})
+    assert "cubic" in r.penalized and "invalid run" in r.penalized["cubic"]
+
+
+def test_partial_failure_uses_the_valid_replicates_and_records_it():
+    emulated = {"cubic": [Stats(12.0, 45.0, 0.01), Failure("timeout")],
+                "vegas": [Stats(2.0, 40.0, 0.0)]}
+    r = replication_error(REAL, emulated)
+    assert r.penalized == {}
+    assert r.schemes[0].replicates == 1 and r.schemes[0].failures == ("timeout",)
+    assert r.f == pytest.approx(100 * 0.15 / 2)
+
+
+def test_multi_flow_keys_are_averaged_like_schemes():
+    real = {("cubic", 1): Stats(5.0, 50.0, 0.0), ("cubic", 2): Stats(5.0, 50.0, 0.0),
+            ("vegas", 1): Stats(2.0, 40.0, 0.0)}
+    emulated = {("cubic", 1): [Stats(6.0, 50.0, 0.0)], ("cubic", 2): [Stats(5.0, 50.0, 0.0)]}
+    r = replication_error(real, emulated)
+    assert r.f == pytest.approx(100 * (0.1 + 0.0) / 2)  # flow 1: (0.2 + 0) / 2; flow 2: 0
+    assert r.dropped == (("vegas", 1),) and r.dropped_schemes == ("vegas",)
+
+
+def test_target_must_be_scoreable():
+    with pytest.raises(InputError):
+        replication_error({"cubic": Stats(0.0, 50.0, 0.0)}, {"cubic": [Stats(1.0, 1.0, 0.0)]})
+
+
+def test_noise_by_delta_method_by_hand():
+    emulated = {
+        "cubic": [Stats(9.0, 55.0, 0.01), Stats(11.0, 65.0, 0.01), Stats(10.0, 60.0, 0.01)],
+        "vegas": [Stats(2.5, 40.0, 0.0), Stats(2.5, 40.0, 0.0)],
+    }
+    r = replication_error(REAL, emulated)
+    # cubic: var(T) = 1, var(D) = 25, cov = 5; gradient (1/10, 1/50) / 2 (both Δ ≥ 0)
+    # per replicate 0.05² + 0.01²·25 + 2·0.05·0.01·5 = 0.01; of the mean 0.01 / 3
+    # vegas: no scatter -> 0;  noise = 100 / 2 · sqrt(0.01 / 3)
+    assert r.noise == pytest.approx(50 * math.sqrt(0.01 / 3))
+    # floor: sqrt(2/π) (sd_T / T + sd_D / D) / 2 with sd = sqrt(var / 3), averaged over 2 keys
+    floor_cubic = math.sqrt(2 / math.pi) * (math.sqrt(1 / 3) / 10 + math.sqrt(25 / 3) / 50) / 2
+    assert r.floor == pytest.approx(100 * floor_cubic / 2)
+    single = replication_error(REAL, {"cubic": [Stats(9.0, 55.0, 0.01)]})
+    assert math.isnan(single.noise)
+
+
+def test_noise_and_floor_match_monte_carlo():
+    """The reported noise is the spread of f over repeated evaluations; the floor is the mean f
+    of an exact emulator."""
+    rng = np.random.default_rng(0)
+    real = {f"s{i}": Stats(t, d, 0.01) for i, (t, d) in enumerate([(10, 50), (3, 80), (6, 40)])}
+
+    def evaluate(offset: float):
+        emulated = {k: [Stats(s.throughput * (1 + offset) + rng.normal(0, 0.05 * s.throughput),
+                              s.delay * (1 - offset) + rng.normal(0, 0.08 * s.delay), 0.01)
+                        for _ in range(3)] for k, s in real.items()}
+        return replication_error(real, emulated)
+
+    far = [evaluate(0.3) for _ in range(2000)]  # far from the optimum: |Δ| is smooth
+    spread = np.std([r.f for r in far])
+    assert np.mean([r.noise for r in far]) == pytest.approx(spread, rel=0.2)
+    exact = [evaluate(0.0) for _ in range(2000)]  # the exact emulator
+    assert np.mean([r.floor for r in exact]) == pytest.approx(np.mean([r.f for r in exact]), rel=0.2)

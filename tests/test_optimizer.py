@@ -1,0 +1,213 @@
+"""The three optimizers through ask/tell on a noisy analytic function, and the shared contract."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("botorch")
+pytest.importorskip("skopt")
+
+from calibrate.errors import InputError  # noqa: E402
+from calibrate.optimizers import OPTIMIZERS, from_state, make_optimizer  # noqa: E402
+
+# Small settings: these tests run on a shared 2-core machine.
+FAST = {
+    "gpytorch": {"num_restarts": 2, "raw_samples": 64, "mc_samples": 32},
+    "skopt": {"n_points": 500, "n_restarts": 2},
+    "random": {},
+}
+
+OPTIMUM = np.array([0.3, 0.7, 0.55, 0.2])
+WEIGHTS = np.array([1.0, 2.0, 0.5, 1.0])
+F_MIN = 10.0  # like a replication error of 10 % at the best emulator
+NOISE = 1.0  # standard error of one evaluation, in f's units
+
+
+def quadratic(u: np.ndarray) -> float:
+    """Shifted, anisotropic quadratic in 4 dimensions: f ∈ [10, ~200]."""
+    return F_MIN + 100.0 * float(np.sum(WEIGHTS * (u - OPTIMUM) ** 2))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def calibrate(name: str, seed: int, budget: int = 24, batch: int = 4, **options) -> float:
+    """Run the loop the service runs; return the true regret of the chosen incumbent."""
+    rng = np.random.default_rng(1000 + seed)
+    opt = make_optimizer(name, 4, seed=seed, **{**FAST[name], **options})
+    while len(opt.history[1]) < budget:
+        xs = opt.ask(batch)
+        ys = [quadratic(x) + rng.normal(0.0, NOISE) for x in xs]
+        opt.tell(xs, ys, [NOISE] * len(xs))
+    return quadratic(opt.best().x) - F_MIN
+
+
+@pytest.fixture(scope="module")
+def regrets():
+    """Regret of each optimizer over three seeds (computed once, used by several tests)."""
+    return {name: [calibrate(name, seed) for seed in range(3)] for name in OPTIMIZERS}
+
+
+@pytest.mark.parametrize("name", ["gpytorch", "skopt"])
+def test_gp_optimizers_reach_the_optimum(regrets, name):
+    # 24 noisy evaluations in batches of 4: within 2 points of f (noise sd 1) every seed
+    assert max(regrets[name]) < 2.0, regrets[name]
+
+
+def test_random_search_makes_progress(regrets):
+    # a Sobol design's best point is far from the optimum but well below a typical point (~45)
+    assert max(regrets["random"]) < 25.0, regrets["random"]
+
+
+@pytest.mark.parametrize("name", ["gpytorch", "skopt"])
+def test_gp_ei_beats_random_search(regrets, name):
+    assert np.mean(regrets[name]) < 0.25 * np.mean(regrets["random"]), regrets
+
+
+def test_fixed_noise_model_also_converges():
+    assert calibrate("gpytorch", 0, noise_model="fixed") < 2.0
+
+
+# -- the contract, for every optimizer
+
+@pytest.fixture(params=list(OPTIMIZERS))
+def name(request):
+    return request.param
+
+
+def make(name, **kw):
+    return make_optimizer(name, 3, seed=7, **{**FAST[name], **kw})
+
+
+def f3(u):
+    return 10.0 + 100.0 * float(np.sum((np.asarray(u) - 0.4) ** 2))
+
+
+def drive(opt, rounds=3, batch=3):
+    for _ in range(rounds):
+        xs = opt.ask(batch)
+        opt.tell(xs[::-1], [f3(x) for x in xs[::-1]])  # results arrive out of order
+
+
+def test_ask_gives_points_in_the_cube(name):
+    opt = make(name)
+    drive(opt)
+    xs = opt.ask(4)
+    assert len(xs) == 4
+    assert all(x.shape == (3,) and np.all((x >= 0) & (x <= 1)) for x in xs)
+
+
+def test_warm_start_comes_first_and_once(name):
+    warm = [np.array([0.4, 0.4, 0.4]), np.array([0.1, 0.9, 0.5])]
+    opt = make(name, warm_start=warm)
+    first = opt.ask(1)[0]
+    assert np.allclose(first, warm[0])
+    second = opt.ask(2)
+    assert np.allclose(second[0], warm[1]) and not np.allclose(second[1], warm[0])
+    opt.tell([first, *second], [f3(x) for x in [first, *second]])
+    drive(opt)
+    x, _, _ = opt.history
+    assert sum(np.allclose(p, warm[0]) for p in x) == 1
+
+
+def test_pending_points_are_not_proposed_again(name):
+    opt = make(name)
+    drive(opt, rounds=3)  # past the initial design: the model proposes
+    first = opt.ask(2)
+    second = opt.ask(2)  # asked while the first two still run
+    assert len(opt.pending) == 4
+    for a in first:
+        assert all(np.max(np.abs(a - b)) > 1e-3 for b in second)
+    opt.tell(first[:1], [f3(first[0])])
+    assert len(opt.pending) == 3
+    opt.cancel(second)
+    assert len(opt.pending) == 1
+
+
+def test_same_seed_same_proposals(name):
+    a, b = make(name), make(name)
+    drive(a), drive(b)
+    assert np.allclose(a.ask(2), b.ask(2))
+    c = make_optimizer(name, 3, seed=8, **FAST[name])
+    drive(c)
+    assert not np.allclose(a.history[0], c.history[0])
+
+
+def test_state_round_trip_resumes_identically(name):
+    opt = make(name, warm_start=[np.full(3, 0.5)])
+    drive(opt)
+    state = json.loads(json.dumps(opt.state()))  # what the run directory stores
+    again = from_state(state)
+    assert type(again) is type(opt)
+    for h, g in zip(opt.history, again.history):
+        assert np.allclose(h, g, equal_nan=True)
+    assert np.allclose(opt.ask(2), again.ask(2))
+
+
+def test_lost_evaluation_is_proposed_again_after_resume(name):
+    opt = make(name)
+    xs = opt.ask(3)
+    opt.tell(xs[1:], [f3(x) for x in xs[1:]])  # the first one was lost in a crash
+    again = from_state(opt.state())
+    assert np.allclose(again.ask(1)[0], xs[0])
+
+
+def test_best_is_an_evaluated_point(name):
+    opt = make(name)
+    with pytest.raises(InputError):
+        opt.best()
+    drive(opt, rounds=4)
+    best = opt.best()
+    x, y, _ = opt.history
+    assert np.allclose(best.x, x[best.index]) and best.y == y[best.index]
+    assert best.y <= np.median(y)
+    assert (best.mean is None) == (name == "random")
+
+
+def test_bad_input_is_an_input_error(name):
+    opt = make(name)
+    with pytest.raises(InputError):
+        opt.tell([np.zeros(3)], [math.nan])
+    with pytest.raises(InputError):
+        opt.tell([np.zeros(2)], [1.0])
+    with pytest.raises(InputError):
+        opt.tell([np.full(3, 1.5)], [1.0])
+    with pytest.raises(InputError):
+        opt.ask(0)
+    with pytest.raises(InputError):
+        make_optimizer("spearmint", 3)
+
+
+# -- the stop signal
+
+@pytest.mark.parametrize("name", ["gpytorch", "skopt"])
+def test_expected_improvement_stop_signal(name):
+    rng = np.random.default_rng(0)
+    steep = make(name)
+    assert not steep.expected_improvement_negligible()  # nothing evaluated yet
+    drive(steep, rounds=3)
+    # f spans tens of points and the optimum is unexplored: EI is worth an evaluation
+    assert steep.expected_improvement() > steep.ei_threshold
+    assert not steep.expected_improvement_negligible()
+
+    flat = make(name)
+    for _ in range(4):
+        xs = flat.ask(3)
+        flat.tell(xs, [10.0 + 0.01 * rng.standard_normal() for _ in xs])
+    # a flat, well-sampled function: no point is expected to improve by a tenth of a point
+    assert flat.expected_improvement_negligible()
+
+
+def test_random_search_never_signals_a_stop():
+    opt = make("random")
+    drive(opt, rounds=4)
+    assert math.isnan(opt.expected_improvement())
+    assert not opt.expected_improvement_negligible()

@@ -1,0 +1,200 @@
+"""The search space: unit-cube map, fixed parameters, bounds rule and warm start on Nepal."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from calibrate.errors import InputError
+from calibrate.space import (
+    LOSS_KNEE,
+    PARAMETERS,
+    SearchSpace,
+    bounds_from_target,
+    space_from_target,
+    warm_start,
+)
+
+# /work/shared/data/nepal-2017-01-03.csv, inline: scheme -> (tput Mbit/s, p95 delay ms, loss
+# fraction = loss_pct_mean / 100)
+NEPAL = {
+    "saturator": (9.57, 220.21, 0.0141),
+    "copa": (1.92, 37.25, 0.0041),
+    "quic": (1.19, 39.27, 0.0045),
+    "koho_cc": (8.90, 54.09, 0.0060),
+    "webrtc": (2.86, 43.95, 0.0076),
+    "vegas": (4.04, 126.93, 0.0116),
+    "default_tcp": (5.08, 57.70, 0.0051),
+    "verus": (9.24, 214.34, 0.0269),
+    "sprout": (4.80, 57.12, 0.0066),
+    "greg_saturator": (9.34, 271.54, 0.0321),
+    "pcc": (6.61, 69.96, 0.0150),
+    "scream": (0.75, 36.34, 0.0039),
+    "ledbat": (4.68, 43.53, 0.0049),
+}
+
+BOUNDS = {"rate": (1.0, 100.0), "delay": (0.0, 200.0), "queue": (2.0, 2000.0), "loss": (0.0, 0.1)}
+
+
+# -- warm start and bounds on the bundled Nepal numbers (hand-computed)
+
+def test_warm_start_on_nepal():
+    w = warm_start(NEPAL)
+    # loss: median loss of the delay-based schemes present (scream .39, copa .41, ledbat .49,
+    # sprout .66, webrtc .76, vegas 1.16 %) = (.49 + .66) / 2
+    assert w["loss"] == pytest.approx(0.00575)
+    # rate: best saturating throughput (saturator 9.57) / (1 - loss)
+    assert w["rate"] == pytest.approx(9.57 / (1 - 0.00575))
+    # delay: smallest p95 (scream 36.34) - one packet time 12 / rate = 35.09 -> 35 ms
+    assert w["delay"] == 35
+    # queue: (largest saturating p95 271.54 - 36.34) ms x 9.625 Mbit/s / 12 kbit = 188.7 -> 189
+    assert w["queue"] == 189
+
+
+def test_bounds_rule_on_nepal():
+    b = bounds_from_target(NEPAL)
+    rate = 9.57 / (1 - 0.00575)
+    assert b["rate"] == pytest.approx((rate / 2, rate * 2))
+    assert b["delay"] == (0.0, 35.0)  # floor(36.34 - 1 ms margin)
+    assert b["queue"] == (48.0, 754.0)  # ceil(188.66 / 4), floor(188.66 * 4)
+    assert b["loss"] == pytest.approx((0.0, 0.0321))  # largest loss (greg_saturator) < 10 % cap
+
+
+def test_warm_start_lies_inside_derived_space_at_rate_centre():
+    space = space_from_target(NEPAL)
+    u = space.from_values(warm_start(NEPAL))
+    assert np.all((u >= 0) & (u <= 1))
+    assert u[0] == pytest.approx(0.5)  # rate bounds are log-symmetric around the warm start
+    assert space.to_values(u) == pytest.approx(warm_start(NEPAL))
+
+
+def test_hints_change_the_estimate():
+    # only the saturator counts as saturating -> same rate, smaller delay spread
+    w = warm_start(NEPAL, saturating={"saturator"}, delay_based={"vegas"})
+    assert w["loss"] == pytest.approx(0.0116)
+    assert w["rate"] == pytest.approx(9.57 / (1 - 0.0116))
+    assert w["queue"] == round((220.21 - 36.34) * w["rate"] / 12)
+    # no saturating scheme present: fall back to the best throughput of all schemes;
+    # no delay-based one: the smallest loss of all
+    w = warm_start({"a": (3.0, 50.0, 0.02), "b": (1.0, 40.0, 0.01)}, saturating=(), delay_based=())
+    assert w["loss"] == pytest.approx(0.01)
+    assert w["rate"] == pytest.approx(3.0 / 0.99)
+
+
+def test_overrides_and_fixed_from_target():
+    space = space_from_target(NEPAL, overrides={"rate": (1.0, 50.0)}, fixed={"loss": 0.0})
+    assert space.bounds["rate"] == (1.0, 50.0)
+    assert space.free == ("rate", "delay", "queue")
+    assert space.to_values([0.5, 0.5, 0.5])["loss"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [
+    {"x": (1.0, 30.0, 1.41)},  # loss in percent
+    {"x": (0.0, 30.0, 0.01)},  # no throughput
+    {"x": (1.0, math.nan, 0.01)},
+    {"x": (1.0, 30.0)},
+    {},
+])
+def test_unusable_target_stats_are_input_errors(bad):
+    with pytest.raises(InputError):
+        bounds_from_target(bad)
+
+
+# -- the unit-cube map
+
+def test_scales():
+    space = SearchSpace.from_bounds(BOUNDS)
+    mid = space.to_values([0.5, 0.5, 0.5, 0.5])
+    assert mid["rate"] == pytest.approx(10.0)  # log: geometric mean of 1 and 100
+    assert mid["delay"] == 100  # linear, whole ms
+    assert mid["queue"] == round(math.sqrt(2 * 2000))  # log, whole packets
+    # loss: the 2017 harness map x = 1e-4 (10^(c u) - 1), c = log10(max 1e4 + 1)
+    c = math.log10(0.1 / LOSS_KNEE + 1)
+    assert mid["loss"] == pytest.approx(1e-4 * (10 ** (c * 0.5) - 1))
+    lo = space.to_values([0, 0, 0, 0])
+    hi = space.to_values([1, 1, 1, 1])
+    assert (lo["rate"], lo["delay"], lo["queue"], lo["loss"]) == (1.0, 0, 2, 0.0)  # 0 reachable
+    assert hi["rate"] == pytest.approx(100.0) and hi["loss"] == pytest.approx(0.1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rate=st.floats(1.0, 100.0), delay=st.integers(0, 200), queue=st.integers(2, 2000),
+    loss=st.floats(0.0, 0.1),
+)
+def test_values_round_trip(rate, delay, queue, loss):
+    space = SearchSpace.from_bounds(BOUNDS)
+    values = {"rate": rate, "delay": delay, "queue": queue, "loss": loss}
+    u = space.from_values(values)
+    assert np.all((u >= 0) & (u <= 1))
+    back = space.to_values(u)
+    assert back["delay"] == delay and back["queue"] == queue
+    assert back["rate"] == pytest.approx(rate, rel=1e-9)
+    assert back["loss"] == pytest.approx(loss, rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4))
+def test_unit_round_trip(u):
+    space = SearchSpace.from_bounds(BOUNDS)
+    u = np.array(u)
+    again = space.encode(space.decode(u))[0]
+    # continuous parameters come back exactly; integers snap to the point of their whole value,
+    # and snapping is idempotent
+    assert again[[0, 3]] == pytest.approx(u[[0, 3]], abs=1e-9)
+    once, twice = space.decode(u)[0], space.decode(again)[0]
+    assert np.array_equal(twice[[1, 2]], once[[1, 2]])
+    assert twice[[0, 3]] == pytest.approx(once[[0, 3]], rel=1e-12)
+
+
+def test_decode_is_vectorized_in_parameter_order():
+    space = SearchSpace.from_bounds(BOUNDS)
+    v = space.decode(np.array([[0, 0, 0, 0], [1, 1, 1, 1], [0.5, 0.5, 0.5, 0.5]]))
+    assert v.shape == (3, len(PARAMETERS))
+    assert np.allclose(v[:, 0], [1, 100, 10])
+
+
+def test_fixed_parameters_are_not_dimensions():
+    space = SearchSpace.from_bounds(BOUNDS).fix(delay=30.4, loss=0.0)
+    assert space.dim == 2 and space.free == ("rate", "queue")
+    values = space.to_values([0.5, 0.5])
+    assert values["delay"] == 30 and values["loss"] == 0.0  # integer parameters stay whole
+    assert space.from_values({"rate": 10.0, "queue": 63}) == pytest.approx([0.5, 0.5], abs=1e-3)
+    # fixed values are ignored by encode, even outside the bounds
+    assert space.encode([[10.0, 999.0, 63, 0.5]]).shape == (1, 2)
+    with pytest.raises(InputError):
+        space.to_values([0.5, 0.5, 0.5])
+    assert space.unfix("delay").free == ("rate", "delay", "queue")
+    # ablation: everything fixed but the rate (the paper's "rate only")
+    only_rate = SearchSpace.from_bounds({"rate": (1, 100)}, fixed={"delay": 20, "queue": 100,
+                                                                   "loss": 0})
+    assert only_rate.dim == 1 and only_rate.to_values([1.0])["queue"] == 100
+
+
+def test_bounds_and_values_are_validated():
+    space = SearchSpace.from_bounds(BOUNDS)
+    with pytest.raises(InputError):
+        space.from_values({"rate": 500.0, "delay": 10, "queue": 10, "loss": 0.0})
+    clipped = space.from_values({"rate": 500.0, "delay": 10, "queue": 10, "loss": 0.0}, clip=True)
+    assert clipped[0] == 1.0
+    for bad in ({"rate": (10.0, 5.0)}, {"rate": (0.0, 5.0)}, {"loss": (0.0, 1.5)},
+                {"queue": (3.0, 3.5)}):
+        with pytest.raises(InputError):
+            space.with_bounds(**bad)
+    with pytest.raises(InputError):
+        space.fix(bandwidth=3.0)
+    with pytest.raises(InputError):
+        SearchSpace.from_bounds({"rate": (1, 10)})  # the others neither bounded nor fixed
+    assert space.with_bounds(rate=(2.0, 4.0)).to_values([1, 0, 0, 0])["rate"] == pytest.approx(4.0)
+
+
+def test_space_is_a_value():
+    a = SearchSpace.from_bounds(BOUNDS, fixed={"loss": 0.0})
+    b = SearchSpace.from_bounds(BOUNDS).fix(loss=0.0)
+    assert a == b and hash(a) == hash(b)
+    fixed = {"loss": 0.0}
+    c = SearchSpace.from_bounds(BOUNDS, fixed=fixed)
+    fixed["delay"] = 3.0  # the caller's dict does not leak into the frozen space
+    assert c.free == ("rate", "delay", "queue")
