@@ -1,11 +1,6 @@
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-TESTS = Path(__file__).resolve().parent
-ENDPOINTS = f"{sys.executable} {TESTS / 'endpoints.py'}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,7 +17,7 @@ from calibrate import binaries, engine
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Endpoint, Logs
 from calibrate.metrics import analyze_datalink_log
-from conftest import ENDPOINTS
+from calibrate.probes import command_line as probe
 
 pytestmark = pytest.mark.needs_root
 
@@ -27,8 +27,8 @@ PATH_12 = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100))
 def tcp_run(workdir: Path, config: EmulatorConfig = PATH_12, seconds: float = 10, cc: str = "cubic"):
     logs = Logs(datalink=workdir / "datalink.log", acklink=workdir / "acklink.log")
     endpoints = [
-        Endpoint("receiver", f"{ENDPOINTS} tcp-sink 5000"),
-        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 {cc}"),
+        Endpoint("receiver", probe("tcp-sink", 5000)),
+        Endpoint("sender", probe("tcp-source", "-", 5000, cc)),
     ]
     result = engine.run(config, endpoints, workdir=workdir, stop_after=seconds, logs=logs)
     return result, analyze_datalink_log(logs.datalink)
@@ -89,8 +89,8 @@ def udp_loss_run(workdir: Path, seed: int) -> dict:
     config = EmulatorConfig(rate_mbps=48, delay_ms=5, uplink_loss=0.05, seed=seed)
     report = workdir / f"udp-{seed}.json"
     endpoints = [
-        Endpoint("receiver", f"{ENDPOINTS} udp-sink 6000 {report}"),
-        Endpoint("sender", f"{ENDPOINTS} udp-probe $EMU_PEER 6000 20000 5000", start_s=0.5),
+        Endpoint("receiver", probe("udp-sink", 6000, report)),
+        Endpoint("sender", probe("udp-probe", "-", 6000, 20000, 5000), start_s=0.5),
     ]
     result = engine.run(config, endpoints, workdir=workdir, stop_after=5.5)
     assert result.summary["uplink"]["queue_dropped_packets"] == 0
@@ -111,9 +111,9 @@ def test_seeded_uplink_loss_is_accurate_and_reproducible(tmp_path):
 def test_logs_number_connections_and_follow_both_formats(tmp_path):
     logs = Logs(datalink=tmp_path / "d.log", acklink=tmp_path / "a.log", uplink=tmp_path / "u.log", downlink=tmp_path / "w.log")
     endpoints = [
-        Endpoint("receiver", f"{ENDPOINTS} tcp-sink 5000"),
-        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 reno"),
-        Endpoint("sender", f"{ENDPOINTS} tcp-source $EMU_PEER 5000 bbr", start_s=1),
+        Endpoint("receiver", probe("tcp-sink", 5000)),
+        Endpoint("sender", probe("tcp-source", "-", 5000, "reno")),
+        Endpoint("sender", probe("tcp-source", "-", 5000, "bbr"), start_s=1),
     ]
     engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=logs)
     stats = analyze_datalink_log(logs.datalink)

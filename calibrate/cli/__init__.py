@@ -13,7 +13,7 @@ import sys
 
 from calibrate.errors import CalibrateError
 
-COMMANDS = ["calibrate.cli.link"]
+COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -158,13 +158,7 @@ pub fn run_init(args: &[String]) -> i32 {
     let mut stopping = false;
     let mut status = None;
     loop {
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = unsafe { libc::read(signalfd, &mut info as *mut _ as *mut libc::c_void, size) };
-        if n != size as isize {
-            continue;
-        }
-        let signal = info.ssi_signo as i32;
+        let Some(signal) = read_signal(signalfd) else { continue };
         if signal == libc::SIGCHLD {
             loop {
                 let mut wait_status = 0;
@@ -190,6 +184,14 @@ pub fn run_init(args: &[String]) -> i32 {
             unsafe { libc::kill(-1, signal) };
         }
     }
+}
+
+/// The next signal from a signalfd, or None if none could be read (non-blocking and empty).
+pub fn read_signal(signalfd: RawFd) -> Option<i32> {
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    let n = unsafe { libc::read(signalfd, &mut info as *mut _ as *mut libc::c_void, size) };
+    (n == size as isize).then_some(info.ssi_signo as i32)
 }
 
 /// Block `signals` for this thread (and threads it creates) and read them from a signalfd.

@@ -443,14 +443,7 @@ pub fn run(config: Config) -> Result<i32> {
 /// Reap exited endpoints; say why to stop, if it is time.
 fn handle_signals(signalfd: RawFd, endpoints: &mut [Running], clock: &Clock, interactive: bool) -> Option<StopReason> {
     let mut reason = None;
-    loop {
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = unsafe { libc::read(signalfd, &mut info as *mut _ as *mut libc::c_void, size) };
-        if n != size as isize {
-            break;
-        }
-        let signal = info.ssi_signo as i32;
+    while let Some(signal) = endpoint::read_signal(signalfd) {
         if signal == libc::SIGCHLD {
             if let Some(i) = reap(endpoints, clock) {
                 reason.get_or_insert(StopReason::EndpointExited(i));
@@ -502,9 +495,7 @@ fn stop_endpoints(endpoints: &mut [Running], signalfd: RawFd, clock: &Clock, gra
         }
         let mut fd = libc::pollfd { fd: signalfd, events: libc::POLLIN, revents: 0 };
         unsafe { libc::poll(&mut fd, 1, left.as_millis().clamp(1, 50) as i32) };
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        while unsafe { libc::read(signalfd, &mut info as *mut _ as *mut libc::c_void, size) } == size as isize {}
+        while endpoint::read_signal(signalfd).is_some() {}
     }
     for running in endpoints.iter_mut() {
         if let Some(pid) = running.pid.take() {

@@ -1,14 +1,16 @@
-"""Minimal traffic endpoints for the engine's integration tests (run inside the emulator's
-namespaces by `calibrate-link --sender/--receiver`): a kernel-TCP bulk sender and sink, and a
-UDP probe that sends numbered datagrams at a fixed rate and a sink that counts them.
+"""Minimal traffic probes for checking the engine (`calibrate selftest`, the tests): run
+inside the emulator's namespaces, they depend on nothing but the kernel. A kernel-TCP bulk
+sender and sink, and a UDP probe that sends numbered datagrams at a fixed rate to a sink that
+counts them. HOST may be `-` for the other side's address ($EMU_PEER).
 
-    python3 endpoints.py tcp-sink PORT
-    python3 endpoints.py tcp-source HOST PORT CONGESTION_CONTROL
-    python3 endpoints.py udp-sink PORT REPORT_FILE
-    python3 endpoints.py udp-probe HOST PORT COUNT RATE_PPS
+    python -m calibrate.probes tcp-sink PORT
+    python -m calibrate.probes tcp-source HOST PORT CONGESTION_CONTROL
+    python -m calibrate.probes udp-sink PORT REPORT_FILE
+    python -m calibrate.probes udp-probe HOST PORT COUNT RATE_PPS
 """
 
 import json
+import os
 import signal
 import socket
 import sys
@@ -66,8 +68,15 @@ def udp_probe(host: str, port: int, count: int, rate_pps: float) -> None:
     time.sleep(3600)  # stay up until the engine stops us
 
 
+def command_line(probe: str, *args: object) -> str:
+    """A shell command running a probe with this interpreter."""
+    return " ".join([sys.executable, "-m", "calibrate.probes", probe] + [str(a) for a in args])
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
+    if command in ("tcp-source", "udp-probe") and args[0] == "-":
+        args[0] = os.environ["EMU_PEER"]
     if command == "tcp-sink":
         tcp_sink(int(args[0]))
     elif command == "tcp-source":
