@@ -1,0 +1,164 @@
+//! Congestion controllers for the UDP transport.
+//!
+//! A controller is a pure state machine: the transport feeds it one [`AckEvent`] per
+//! acknowledgement and one [`LossEvent`] per packet declared lost, each stamped with the
+//! time at which it happened, and asks it how many bytes may be in flight and how fast to
+//! pace them. Nothing here reads a clock or touches a socket, so every controller is
+//! unit-tested in virtual time (see each module's tests and `sim.rs`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+pub mod copa;
+pub mod ledbat;
+pub mod saturator;
+pub mod vegas;
+
+pub use copa::Copa;
+pub use ledbat::Ledbat;
+pub use saturator::Saturator;
+pub use vegas::Vegas;
+
+/// What the transport learned from one acknowledgement.
+#[derive(Clone, Debug)]
+pub struct AckEvent {
+    /// When the ACK arrived (sender clock, time since the flow started).
+    pub now: Duration,
+    /// Sequence number of the data packet whose arrival triggered this ACK.
+    pub seq: u64,
+    /// When that packet was sent (sender clock).
+    pub sent_at: Duration,
+    /// Round-trip sample: `now - sent_at`, from the echoed send timestamp.
+    pub rtt: Duration,
+    /// Receiver clock at arrival minus sender clock at sending, in microseconds. The clocks
+    /// are not synchronised, so only differences between samples mean anything (LEDBAT
+    /// subtracts its base delay, which cancels the offset).
+    pub one_way_delay_us: i64,
+    /// Bytes newly known delivered by this ACK (its own packet plus any earlier ones whose
+    /// ACKs were lost but that this ACK's bitmap covers).
+    pub acked_bytes: u64,
+    /// Bytes still in flight after this ACK and any losses it revealed.
+    pub bytes_in_flight: u64,
+    /// The next sequence number the sender will use; a controller that works once per
+    /// round trip ends a round when an ACK's `seq` reaches the `next_seq` it noted.
+    pub next_seq: u64,
+    /// Delivery-rate sample in bytes/s (delivered bytes over the interval they took).
+    pub delivery_rate: Option<f64>,
+    /// The transport's smoothed RTT (RFC 6298) after this sample.
+    pub srtt: Duration,
+}
+
+/// A packet the transport gave up on (reordering threshold passed, or timed out).
+#[derive(Clone, Debug)]
+pub struct LossEvent {
+    pub now: Duration,
+    pub seq: u64,
+    pub sent_at: Duration,
+    pub bytes: u64,
+    pub bytes_in_flight: u64,
+}
+
+/// The one interface between the transport and a congestion-control algorithm.
+pub trait Controller: Send {
+    /// Scheme-facing name, for logs.
+    fn name(&self) -> &'static str;
+    fn on_ack(&mut self, ack: &AckEvent);
+    fn on_loss(&mut self, loss: &LossEvent);
+    /// Bytes allowed in flight.
+    fn cwnd(&self) -> u64;
+    /// Pacing rate in bytes per second given the transport's smoothed RTT.
+    fn pacing_rate(&self, srtt: Duration) -> f64;
+}
+
+/// Pacing for window-based controllers: spread the window over one smoothed RTT, times
+/// a gain above 1 so the pacer never becomes the bottleneck (the window is the limit;
+/// pacing only removes the line-rate bursts a host would otherwise put into the queue).
+pub fn window_pacing_rate(cwnd_bytes: u64, srtt: Duration, gain: f64) -> f64 {
+    let secs = srtt.as_secs_f64().max(1e-4);
+    gain * cwnd_bytes as f64 / secs
+}
+
+/// Minimum (or maximum) of samples over a sliding time window, O(1) amortised: a
+/// monotone deque keeps only samples that can still become the extreme.
+#[derive(Clone, Debug)]
+pub struct WindowedFilter {
+    samples: VecDeque<(Duration, f64)>,
+    keep_max: bool,
+}
+
+impl WindowedFilter {
+    pub fn min() -> Self {
+        Self { samples: VecDeque::new(), keep_max: false }
+    }
+
+    pub fn max() -> Self {
+        Self { samples: VecDeque::new(), keep_max: true }
+    }
+
+    fn dominated(&self, old: f64, new: f64) -> bool {
+        if self.keep_max {
+            old <= new
+        } else {
+            old >= new
+        }
+    }
+
+    /// Adds a sample taken at `now`; samples must come in time order.
+    pub fn update(&mut self, now: Duration, value: f64) {
+        while let Some(&(_, v)) = self.samples.back() {
+            if self.dominated(v, value) {
+                self.samples.pop_back();
+            } else {
+                break;
+            }
+        }
+        self.samples.push_back((now, value));
+    }
+
+    /// The extreme over samples taken within `window` before `now` (the newest sample is
+    /// always kept, so a filter that has seen anything never goes empty).
+    pub fn get(&mut self, now: Duration, window: Duration) -> Option<f64> {
+        let horizon = now.saturating_sub(window);
+        while self.samples.len() > 1 && self.samples[0].0 < horizon {
+            self.samples.pop_front();
+        }
+        self.samples.front().map(|&(_, v)| v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn windowed_min_forgets_old_samples() {
+        let mut f = WindowedFilter::min();
+        f.update(ms(0), 10.0);
+        f.update(ms(5), 30.0);
+        f.update(ms(8), 20.0);
+        assert_eq!(f.get(ms(8), ms(100)), Some(10.0));
+        assert_eq!(f.get(ms(20), ms(14)), Some(20.0));
+        // Even past the window the newest sample survives.
+        assert_eq!(f.get(ms(1000), ms(1)), Some(20.0));
+    }
+
+    #[test]
+    fn windowed_max_tracks_maximum() {
+        let mut f = WindowedFilter::max();
+        for (t, v) in [(0, 1.0), (1, 5.0), (2, 3.0), (3, 4.0)] {
+            f.update(ms(t), v);
+        }
+        assert_eq!(f.get(ms(3), ms(10)), Some(5.0));
+        assert_eq!(f.get(ms(4), ms(2)), Some(4.0));
+    }
+
+    #[test]
+    fn window_pacing_spreads_cwnd_over_srtt() {
+        let r = window_pacing_rate(15_000, ms(100), 1.0);
+        assert!((r - 150_000.0).abs() < 1e-6);
+    }
+}

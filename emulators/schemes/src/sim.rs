@@ -1,0 +1,202 @@
+//! Virtual-time model of one bottleneck, to test each controller's character end to end
+//! with the real transport logic ([`SenderCore`] and [`ReceiverFlow`]) and no sockets.
+//!
+//! The path: the sender's packets enter a DropTail queue of `queue_packets` drained at
+//! `rate` (1500-byte IP packets, one every 1 ms at 12 Mbit/s), then take `one_way_delay`
+//! to reach the receiver; ACKs come back after `one_way_delay` with no queue, the shape
+//! of the emulator the calibration checks (12 Mbit/s, 20 ms, 100 packets).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use crate::cc::Controller;
+use crate::transport::core::SenderCore;
+use crate::transport::receiver::ReceiverFlow;
+use crate::transport::wire::{Ack, IP_PACKET_BYTES};
+
+const PAYLOAD: u64 = 1472;
+const FLOW: u64 = 42;
+
+pub struct Link {
+    pub rate_bits_per_s: f64,
+    pub one_way_delay: Duration,
+    pub queue_packets: usize,
+}
+
+impl Link {
+    /// The calibration's reference emulator.
+    pub fn reference() -> Self {
+        Link { rate_bits_per_s: 12e6, one_way_delay: Duration::from_millis(20), queue_packets: 100 }
+    }
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub duration: Duration,
+    pub delivered_packets: u64,
+    pub dropped_packets: u64,
+    /// (arrival time, one-way delay) of every delivered packet.
+    pub delays: Vec<(Duration, Duration)>,
+    link_rate: f64,
+}
+
+impl Outcome {
+    pub fn utilization(&self) -> f64 {
+        let bits = self.delivered_packets as f64 * IP_PACKET_BYTES as f64 * 8.0;
+        bits / (self.link_rate * self.duration.as_secs_f64())
+    }
+
+    /// Percentile (nearest rank) of one-way delay in ms over packets arriving after `from`.
+    pub fn delay_percentile_ms(&self, p: f64, from: Duration) -> f64 {
+        let mut v: Vec<f64> =
+            self.delays.iter().filter(|(t, _)| *t >= from).map(|(_, d)| d.as_secs_f64() * 1e3).collect();
+        assert!(!v.is_empty(), "no packets delivered after {from:?}");
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let idx = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+        v[idx]
+    }
+}
+
+enum Event {
+    Arrival { seq: u64, sent_us: u64 },
+    AckBack(Ack),
+}
+
+pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome {
+    let tx = Duration::from_secs_f64(IP_PACKET_BYTES as f64 * 8.0 / link.rate_bits_per_s);
+    let d = link.one_way_delay;
+    let mut core = SenderCore::new(cc, FLOW, PAYLOAD, 2 * d);
+    let mut receiver = ReceiverFlow::new(FLOW);
+    let mut events: BinaryHeap<Reverse<(Duration, u64)>> = BinaryHeap::new();
+    let mut payloads: std::collections::HashMap<u64, Event> = std::collections::HashMap::new();
+    let mut event_id = 0u64;
+    let mut departures: VecDeque<Duration> = VecDeque::new();
+    let mut out = Outcome {
+        duration,
+        delivered_packets: 0,
+        dropped_packets: 0,
+        delays: Vec::new(),
+        link_rate: link.rate_bits_per_s,
+    };
+    let mut now = Duration::ZERO;
+    while now < duration {
+        let next_event = events.peek().map(|Reverse((t, _))| *t);
+        let next_wake = core.next_wakeup().map(|t| t.max(now));
+        let sender_first = match (next_wake, next_event) {
+            (Some(w), Some(e)) => w <= e,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if sender_first {
+            now = next_wake.expect("checked");
+            core.on_timer(now);
+            if core.send_allowed_at().is_some_and(|at| at <= now) {
+                let seq = core.next_seq();
+                core.on_send(now);
+                while departures.front().is_some_and(|&t| t <= now) {
+                    departures.pop_front();
+                }
+                if departures.len() >= link.queue_packets {
+                    out.dropped_packets += 1;
+                    continue;
+                }
+                let start = departures.back().copied().unwrap_or(now).max(now);
+                let leaves = start + tx;
+                departures.push_back(leaves);
+                payloads.insert(event_id, Event::Arrival { seq, sent_us: now.as_micros() as u64 });
+                events.push(Reverse((leaves + d, event_id)));
+                event_id += 1;
+            }
+        } else {
+            let Reverse((t, id)) = events.pop().expect("peeked");
+            now = t;
+            match payloads.remove(&id).expect("scheduled") {
+                Event::Arrival { seq, sent_us } => {
+                    out.delivered_packets += 1;
+                    out.delays.push((now, now - Duration::from_micros(sent_us)));
+                    let ack = receiver.on_data(seq, sent_us, now.as_micros() as u64);
+                    payloads.insert(event_id, Event::AckBack(ack));
+                    events.push(Reverse((now + d, event_id)));
+                    event_id += 1;
+                }
+                Event::AckBack(ack) => core.on_ack(now, &ack),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::{Copa, Ledbat, Saturator, Vegas};
+
+    const RUN: Duration = Duration::from_secs(20);
+    const STEADY: Duration = Duration::from_secs(10);
+
+    fn report(name: &str, o: &Outcome) {
+        eprintln!(
+            "{name}: utilization {:.3}, p50 {:.1} ms, p95 {:.1} ms (whole run), drops {}",
+            o.utilization(),
+            o.delay_percentile_ms(50.0, Duration::ZERO),
+            o.delay_percentile_ms(95.0, Duration::ZERO),
+            o.dropped_packets
+        );
+    }
+
+    #[test]
+    fn vegas_keeps_alpha_to_beta_packets_queued() {
+        let o = run(Box::new(Vegas::new(PAYLOAD)), &Link::reference(), RUN);
+        report("vegas", &o);
+        assert!(o.utilization() >= 0.85, "utilization {}", o.utilization());
+        assert!(o.delay_percentile_ms(95.0, Duration::ZERO) < 60.0);
+        // One packet is 1 ms at 12 Mbit/s: the queue in packets is the delay above 21 ms
+        // (20 ms propagation + 1 ms transmission).
+        let queue = o.delay_percentile_ms(50.0, STEADY) - 21.0;
+        assert!((1.0..=5.0).contains(&queue), "median standing queue {queue} packets");
+    }
+
+    #[test]
+    fn copa_keeps_delay_low_at_high_utilization() {
+        let o = run(Box::new(Copa::new(PAYLOAD)), &Link::reference(), RUN);
+        report("copa", &o);
+        assert!(o.utilization() >= 0.6, "utilization {}", o.utilization());
+        assert!(o.delay_percentile_ms(95.0, Duration::ZERO) < 60.0);
+        // 1/delta = 2 packets of standing queue at equilibrium; allow the oscillation.
+        let queue = o.delay_percentile_ms(50.0, STEADY) - 21.0;
+        assert!(queue < 10.0, "median standing queue {queue} packets");
+    }
+
+    #[test]
+    fn ledbat_converges_to_its_target_queueing_delay() {
+        // A queue far deeper than the target, so only the controller limits the delay.
+        let link = Link { queue_packets: 1000, ..Link::reference() };
+        let o = run(Box::new(Ledbat::new(PAYLOAD)), &link, Duration::from_secs(40));
+        report("ledbat (deep queue)", &o);
+        let queueing = o.delay_percentile_ms(50.0, Duration::from_secs(30)) - 21.0;
+        assert!((85.0..=110.0).contains(&queueing), "queueing delay {queueing} ms");
+        assert!(o.utilization() >= 0.9);
+    }
+
+    #[test]
+    fn ledbat_on_the_reference_link_stays_near_target() {
+        let o = run(Box::new(Ledbat::new(PAYLOAD)), &Link::reference(), RUN);
+        report("ledbat", &o);
+        let queueing = o.delay_percentile_ms(50.0, STEADY) - 21.0;
+        assert!((50.0..=101.0).contains(&queueing), "queueing delay {queueing} ms");
+        assert!(o.utilization() >= 0.85);
+    }
+
+    #[test]
+    fn saturator_fills_the_queue() {
+        let o = run(Box::new(Saturator::new(PAYLOAD)), &Link::reference(), RUN);
+        report("saturator", &o);
+        assert!(o.utilization() >= 0.95, "utilization {}", o.utilization());
+        assert!(o.delay_percentile_ms(95.0, Duration::ZERO) >= 100.0);
+        assert!(o.delay_percentile_ms(50.0, STEADY) >= 110.0, "queue not kept full");
+        assert!(o.dropped_packets > 0);
+    }
+}
+

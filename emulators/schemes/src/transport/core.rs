@@ -1,0 +1,428 @@
+//! The sender's logic, pure: what may be sent when, what an ACK or a timer means.
+//!
+//! [`SenderCore`] owns the in-flight record, the RTT estimator, the pacer, the
+//! delivery-rate estimator and the congestion controller. Times are passed in (time since
+//! the flow started), so the same code runs under the real-time loop in `sender.rs` and
+//! under the virtual-time link model in the tests.
+//!
+//! Accounting is retransmission-free: the payload is junk, so a lost packet is simply
+//! recorded and reported to the controller, never resent.
+//!
+//! * Loss: a packet is lost once a packet sent `REORDER_THRESHOLD` = 3 later has arrived
+//!   (the receiver's bitmap says which did), or once it has been out for the RTT
+//!   estimator's loss timeout with no news, which catches tail losses and outages.
+//! * Delivery rate (used by the saturator): when packet P is acknowledged, the bytes
+//!   delivered since P was sent divided by the longer of P's send interval and its ACK
+//!   interval, the usual estimator that discounts ACK compression.
+//! * Pacing: each send pushes the next permitted send time by `size / rate`; a sender
+//!   that woke late may catch up by at most `max(2 packets, 500 µs)` of credit.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::rtt::RttEstimator;
+use super::wire::Ack;
+use crate::cc::{AckEvent, Controller, LossEvent};
+
+pub const REORDER_THRESHOLD: u64 = 3;
+const MIN_BURST_CREDIT: Duration = Duration::from_micros(500);
+
+#[derive(Clone, Debug)]
+struct Sent {
+    seq: u64,
+    sent_at: Duration,
+    delivered: bool,
+    lost: bool,
+    /// Delivery-rate state when this packet was sent.
+    delivered_at_send: u64,
+    delivered_time_at_send: Duration,
+    first_sent_time_at_send: Duration,
+}
+
+/// Counters for the end-of-run summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SenderCounts {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+}
+
+pub struct SenderCore {
+    cc: Box<dyn Controller>,
+    flow: u64,
+    packet_bytes: u64,
+    next_seq: u64,
+    flight: VecDeque<Sent>,
+    bytes_in_flight: u64,
+    largest_acked: Option<u64>,
+    rtt: RttEstimator,
+    next_send_at: Duration,
+    delivered: u64,
+    delivered_time: Duration,
+    first_sent_time: Duration,
+    counts: SenderCounts,
+}
+
+impl SenderCore {
+    /// `packet_bytes` is the UDP payload of one DATA packet (what the window counts);
+    /// `initial_rtt` is the handshake RTT.
+    pub fn new(cc: Box<dyn Controller>, flow: u64, packet_bytes: u64, initial_rtt: Duration) -> Self {
+        Self {
+            cc,
+            flow,
+            packet_bytes,
+            next_seq: 0,
+            flight: VecDeque::new(),
+            bytes_in_flight: 0,
+            largest_acked: None,
+            rtt: RttEstimator::new(initial_rtt.max(Duration::from_micros(100))),
+            next_send_at: Duration::ZERO,
+            delivered: 0,
+            delivered_time: Duration::ZERO,
+            first_sent_time: Duration::ZERO,
+            counts: SenderCounts::default(),
+        }
+    }
+
+    pub fn flow(&self) -> u64 {
+        self.flow
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.bytes_in_flight
+    }
+
+    pub fn counts(&self) -> SenderCounts {
+        self.counts
+    }
+
+    pub fn controller(&self) -> &dyn Controller {
+        self.cc.as_ref()
+    }
+
+    pub fn srtt(&self) -> Duration {
+        self.rtt.srtt()
+    }
+
+    fn pacing_rate(&self) -> f64 {
+        self.cc.pacing_rate(self.rtt.srtt()).max(1.0)
+    }
+
+    /// When the next packet may go: None while the window is full (an ACK or the loss
+    /// timer will open it), otherwise the pacer's time (possibly already past).
+    pub fn send_allowed_at(&self) -> Option<Duration> {
+        if self.bytes_in_flight >= self.cc.cwnd().max(self.packet_bytes) {
+            return None;
+        }
+        Some(self.next_send_at)
+    }
+
+    /// Records a packet sent at `now` and returns its sequence number.
+    pub fn on_send(&mut self, now: Duration) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if self.flight.is_empty() && self.bytes_in_flight == 0 {
+            // Nothing in flight: the delivery-rate interval restarts here, not at the
+            // last ACK long ago.
+            self.delivered_time = now;
+            self.first_sent_time = now;
+        }
+        self.flight.push_back(Sent {
+            seq,
+            sent_at: now,
+            delivered: false,
+            lost: false,
+            delivered_at_send: self.delivered,
+            delivered_time_at_send: self.delivered_time,
+            first_sent_time_at_send: self.first_sent_time,
+        });
+        self.bytes_in_flight += self.packet_bytes;
+        self.counts.sent += 1;
+        let rate = self.pacing_rate();
+        let gap = Duration::from_secs_f64(self.packet_bytes as f64 / rate);
+        let credit = (gap * 2).max(MIN_BURST_CREDIT);
+        self.next_send_at = self.next_send_at.max(now.saturating_sub(credit)) + gap;
+        seq
+    }
+
+    fn index(&self, seq: u64) -> Option<usize> {
+        let base = self.flight.front()?.seq;
+        if seq < base || seq >= self.next_seq {
+            return None;
+        }
+        let idx = (seq - base) as usize;
+        (idx < self.flight.len()).then_some(idx)
+    }
+
+    /// Marks `seq` delivered; returns true if that is news.
+    fn mark_delivered(&mut self, seq: u64) -> bool {
+        let Some(idx) = self.index(seq) else { return false };
+        let p = &mut self.flight[idx];
+        if p.delivered {
+            return false;
+        }
+        p.delivered = true;
+        if !p.lost {
+            self.bytes_in_flight -= self.packet_bytes;
+        }
+        self.delivered += self.packet_bytes;
+        self.counts.delivered += 1;
+        true
+    }
+
+    fn declare_lost(&mut self, idx: usize, now: Duration) {
+        let p = &mut self.flight[idx];
+        p.lost = true;
+        self.bytes_in_flight -= self.packet_bytes;
+        self.counts.lost += 1;
+        let event = LossEvent {
+            now,
+            seq: p.seq,
+            sent_at: p.sent_at,
+            bytes: self.packet_bytes,
+            bytes_in_flight: self.bytes_in_flight,
+        };
+        self.cc.on_loss(&event);
+    }
+
+    fn pop_settled(&mut self) {
+        while self.flight.front().is_some_and(|p| p.delivered || p.lost) {
+            self.flight.pop_front();
+        }
+    }
+
+    /// Processes one ACK that arrived at `now`.
+    pub fn on_ack(&mut self, now: Duration, ack: &Ack) {
+        if ack.flow != self.flow || ack.seq >= self.next_seq {
+            return;
+        }
+        let sent_at = Duration::from_micros(ack.echo_us);
+        if sent_at > now {
+            return;
+        }
+        let rtt = now - sent_at;
+        self.rtt.update(rtt);
+
+        // The acknowledged packet and everything the bitmap reports.
+        let mut newly = 0u64;
+        let mut newest: Option<u64> = None;
+        let mut consider = |core: &mut Self, seq: u64| {
+            if core.mark_delivered(seq) {
+                newly += core.packet_bytes;
+                newest = Some(newest.map_or(seq, |n: u64| n.max(seq)));
+            }
+        };
+        consider(self, ack.seq);
+        for i in 0..64u64 {
+            if ack.bitmap & (1 << i) != 0 && ack.highest >= i {
+                consider(self, ack.highest - i);
+            }
+        }
+
+        let mut delivery_rate = None;
+        if let Some(seq) = newest {
+            let p = &self.flight[self.index(seq).expect("just marked")];
+            let send_elapsed = p.sent_at.saturating_sub(p.first_sent_time_at_send);
+            let ack_elapsed = now.saturating_sub(p.delivered_time_at_send);
+            let interval = send_elapsed.max(ack_elapsed);
+            let bytes = self.delivered - p.delivered_at_send;
+            if !interval.is_zero() {
+                delivery_rate = Some(bytes as f64 / interval.as_secs_f64());
+            }
+            self.first_sent_time = p.sent_at;
+            self.delivered_time = now;
+        }
+
+        let highest = ack.highest.min(self.next_seq.saturating_sub(1));
+        self.largest_acked = Some(self.largest_acked.map_or(highest, |l| l.max(highest)));
+
+        let event = AckEvent {
+            now,
+            seq: ack.seq,
+            sent_at,
+            rtt,
+            one_way_delay_us: ack.receiver_us as i64 - ack.echo_us as i64,
+            acked_bytes: newly,
+            bytes_in_flight: self.bytes_in_flight,
+            next_seq: self.next_seq,
+            delivery_rate,
+            srtt: self.rtt.srtt(),
+        };
+        self.cc.on_ack(&event);
+
+        // Packets REORDER_THRESHOLD or more below the highest arrival that did not arrive.
+        if let Some(largest) = self.largest_acked {
+            let mut idx = 0;
+            while idx < self.flight.len() && self.flight[idx].seq + REORDER_THRESHOLD <= largest {
+                if !self.flight[idx].delivered && !self.flight[idx].lost {
+                    self.declare_lost(idx, now);
+                }
+                idx += 1;
+            }
+        }
+        self.pop_settled();
+    }
+
+    /// Declares lost every packet that has been out longer than the loss timeout.
+    pub fn on_timer(&mut self, now: Duration) {
+        let timeout = self.rtt.loss_timeout();
+        let mut idx = 0;
+        while idx < self.flight.len() {
+            let p = &self.flight[idx];
+            if !p.delivered && !p.lost {
+                if p.sent_at + timeout > now {
+                    break;
+                }
+                self.declare_lost(idx, now);
+            }
+            idx += 1;
+        }
+        self.pop_settled();
+    }
+
+    /// When the oldest outstanding packet times out, if any is outstanding.
+    pub fn loss_deadline(&self) -> Option<Duration> {
+        let p = self.flight.iter().find(|p| !p.delivered && !p.lost)?;
+        Some(p.sent_at + self.rtt.loss_timeout())
+    }
+
+    /// The next time the sender needs to act without an ACK: a pacing slot or a timeout.
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        match (self.send_allowed_at(), self.loss_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::Controller;
+    use std::sync::{Arc, Mutex};
+
+    /// A controller with a fixed window that records what it is told.
+    #[derive(Clone, Default)]
+    struct Probe {
+        log: Arc<Mutex<Vec<String>>>,
+        rates: Arc<Mutex<Vec<f64>>>,
+    }
+
+    impl Controller for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn on_ack(&mut self, ack: &AckEvent) {
+            self.log.lock().unwrap().push(format!("ack {} +{}", ack.seq, ack.acked_bytes));
+            if let Some(r) = ack.delivery_rate {
+                self.rates.lock().unwrap().push(r);
+            }
+        }
+        fn on_loss(&mut self, loss: &LossEvent) {
+            self.log.lock().unwrap().push(format!("loss {}", loss.seq));
+        }
+        fn cwnd(&self) -> u64 {
+            10 * 1000
+        }
+        fn pacing_rate(&self, _srtt: Duration) -> f64 {
+            1_000_000.0 // one 1000-byte packet per ms
+        }
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn ack(seq: u64, sent_ms: u64, highest: u64, bitmap: u64) -> Ack {
+        Ack { flow: 1, seq, echo_us: sent_ms * 1000, receiver_us: 0, highest, bitmap }
+    }
+
+    fn core() -> (SenderCore, Probe) {
+        let probe = Probe::default();
+        (SenderCore::new(Box::new(probe.clone()), 1, 1000, ms(100)), probe)
+    }
+
+    #[test]
+    fn window_and_pacing_gate_sending() {
+        let (mut c, _) = core();
+        assert_eq!(c.send_allowed_at(), Some(Duration::ZERO));
+        for i in 0..10 {
+            c.on_send(ms(i));
+        }
+        // Pacing: one packet per ms.
+        assert_eq!(c.bytes_in_flight(), 10_000);
+        assert_eq!(c.send_allowed_at(), None, "window of 10 packets is full");
+        c.on_ack(ms(100), &ack(0, 0, 0, 1));
+        assert_eq!(c.bytes_in_flight(), 9_000);
+        assert_eq!(c.send_allowed_at(), Some(ms(10)));
+    }
+
+    #[test]
+    fn bitmap_recovers_lost_acks_and_gaps_become_losses() {
+        let (mut c, probe) = core();
+        for i in 0..8 {
+            c.on_send(ms(i));
+        }
+        // Packets 0..=5 arrived except 2; only the ACK for 5 made it back.
+        let bitmap = 0b11_0111; // 5,4,3,_,1,0 relative to highest 5 (bit i = 5 - i)
+        c.on_ack(ms(105), &ack(5, 5, 5, bitmap));
+        let log = probe.log.lock().unwrap().clone();
+        assert_eq!(log, vec!["ack 5 +5000".to_string(), "loss 2".to_string()]);
+        assert_eq!(c.counts(), SenderCounts { sent: 8, delivered: 5, lost: 1 });
+        assert_eq!(c.bytes_in_flight(), 2000);
+    }
+
+    #[test]
+    fn reordering_below_threshold_is_not_loss() {
+        let (mut c, probe) = core();
+        for i in 0..4 {
+            c.on_send(ms(i));
+        }
+        // 1 and 2 arrive before 0.
+        c.on_ack(ms(101), &ack(1, 1, 1, 0b1));
+        c.on_ack(ms(102), &ack(2, 2, 2, 0b11));
+        c.on_ack(ms(103), &ack(0, 0, 2, 0b111));
+        assert!(probe.log.lock().unwrap().iter().all(|l| !l.starts_with("loss")));
+        assert_eq!(c.counts().delivered, 3);
+    }
+
+    #[test]
+    fn silence_times_packets_out() {
+        let (mut c, probe) = core();
+        c.on_send(ms(0));
+        c.on_send(ms(1));
+        let deadline = c.loss_deadline().unwrap();
+        assert!(deadline > ms(100), "timeout is above the RTT: {deadline:?}");
+        c.on_timer(deadline);
+        assert_eq!(probe.log.lock().unwrap().as_slice(), ["loss 0"]);
+        c.on_timer(deadline + ms(1));
+        assert_eq!(c.counts().lost, 2);
+        assert_eq!(c.bytes_in_flight(), 0);
+        assert_eq!(c.loss_deadline(), None);
+    }
+
+    #[test]
+    fn delivery_rate_matches_a_steady_bottleneck() {
+        // Send every ms, deliver every 2 ms (500 packets/s = 500 kB/s), 50 ms base RTT.
+        let (mut c, probe) = core();
+        let mut next_ack = 0u64;
+        for t in 0..400u64 {
+            let now = ms(t);
+            if c.send_allowed_at().is_some_and(|a| a <= now) {
+                c.on_send(now);
+            }
+            // Packet k reaches the receiver at 2k + 25 ms and its ACK returns 25 ms later.
+            while next_ack < c.next_seq() && 2 * next_ack + 50 <= t {
+                c.on_ack(now, &ack(next_ack, next_ack, next_ack, 1));
+                next_ack += 1;
+            }
+        }
+        let rates = probe.rates.lock().unwrap();
+        let last = *rates.last().unwrap();
+        assert!((last - 500_000.0).abs() / 500_000.0 < 0.1, "rate {last}");
+    }
+}

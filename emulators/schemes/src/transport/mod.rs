@@ -1,0 +1,22 @@
+//! A small UDP transport for probing: sequence numbers, per-packet ACKs that echo the
+//! send timestamp and carry a receive bitmap, RTT estimation, pacing, a congestion window
+//! and loss detection, with the congestion controller plugged in through
+//! [`crate::cc::Controller`].
+//!
+//! * [`wire`]: packet formats (DATA makes 1500-byte IP packets, ACKs are 50 bytes);
+//! * [`rtt`]: RFC 6298 RTT estimation;
+//! * [`core`]: the sender's pure logic (window, pacing, loss, delivery rate);
+//! * [`sender`] / [`receiver`]: the real-time loops around it.
+//!
+//! The receiver listens (receiver-first, like Pantheon's receiver-first wrappers); the
+//! sender repeats a HELLO until the receiver answers, so either side may start first
+//! within the connect timeout.
+
+pub mod core;
+pub mod receiver;
+pub mod rtt;
+pub mod sender;
+pub mod wire;
+
+pub use receiver::run_receiver;
+pub use sender::run_sender;

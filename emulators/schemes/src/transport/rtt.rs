@@ -1,0 +1,89 @@
+//! Round-trip time estimation (RFC 6298: SRTT/RTTVAR with gains 1/8 and 1/4).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct RttEstimator {
+    srtt: Duration,
+    rttvar: Duration,
+    min_rtt: Duration,
+    has_sample: bool,
+}
+
+/// Bounds of the loss timer: the floor keeps jitter on short paths from looking like loss,
+/// the ceiling keeps a long outage from stalling detection forever.
+const MIN_TIMEOUT: Duration = Duration::from_millis(50);
+const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl RttEstimator {
+    /// `initial` seeds SRTT before the first sample (the handshake RTT when known).
+    pub fn new(initial: Duration) -> Self {
+        Self { srtt: initial, rttvar: initial / 2, min_rtt: initial, has_sample: false }
+    }
+
+    pub fn update(&mut self, sample: Duration) {
+        if !self.has_sample {
+            self.srtt = sample;
+            self.rttvar = sample / 2;
+            self.min_rtt = sample;
+            self.has_sample = true;
+            return;
+        }
+        let diff = self.srtt.abs_diff(sample);
+        self.rttvar = (self.rttvar * 3 + diff) / 4;
+        self.srtt = (self.srtt * 7 + sample) / 8;
+        self.min_rtt = self.min_rtt.min(sample);
+    }
+
+    pub fn srtt(&self) -> Duration {
+        self.srtt
+    }
+
+    pub fn rttvar(&self) -> Duration {
+        self.rttvar
+    }
+
+    pub fn min_rtt(&self) -> Duration {
+        self.min_rtt
+    }
+
+    /// How long an unacknowledged packet may stay out before it counts as lost:
+    /// `SRTT + max(4 RTTVAR, SRTT/4)`. No exponential back-off: nothing is retransmitted,
+    /// and a probe that stops sending would stop measuring.
+    pub fn loss_timeout(&self) -> Duration {
+        let margin = (self.rttvar * 4).max(self.srtt / 4);
+        (self.srtt + margin).clamp(MIN_TIMEOUT, MAX_TIMEOUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn follows_rfc6298() {
+        let mut r = RttEstimator::new(ms(333));
+        r.update(ms(100));
+        assert_eq!((r.srtt(), r.rttvar()), (ms(100), ms(50)));
+        r.update(ms(200));
+        // RTTVAR = 3/4 * 50 + 1/4 * 100 = 62.5; SRTT = 7/8 * 100 + 1/8 * 200 = 112.5.
+        assert_eq!(r.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(r.srtt(), Duration::from_micros(112_500));
+        assert_eq!(r.min_rtt(), ms(100));
+        assert_eq!(r.loss_timeout(), Duration::from_micros(112_500 + 250_000));
+    }
+
+    #[test]
+    fn timeout_is_bounded() {
+        let mut r = RttEstimator::new(ms(1));
+        r.update(ms(1));
+        for _ in 0..50 {
+            r.update(ms(1));
+        }
+        assert_eq!(r.loss_timeout(), MIN_TIMEOUT);
+    }
+}

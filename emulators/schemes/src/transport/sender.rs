@@ -1,0 +1,160 @@
+//! The sending side in real time: handshake, then the event loop around [`SenderCore`].
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::core::SenderCore;
+use super::wire::{data_payload_bytes, Packet, HELLO_BYTES};
+use crate::cc::Controller;
+use crate::net;
+use crate::stats::Stats;
+
+/// HELLO is repeated this often until the receiver answers.
+const HELLO_INTERVAL: Duration = Duration::from_millis(200);
+/// Packets sent back to back before the loop drains ACKs again, so a long burst of
+/// pacing credit cannot starve ACK processing.
+const MAX_SEND_BATCH: usize = 32;
+
+/// A flow identifier that differs between runs, so a receiver can tell a restarted sender
+/// from late packets of the previous one.
+fn new_flow_id() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ ((std::process::id() as u64) << 32)
+}
+
+/// Sends HELLO until HELLO_ACK arrives; returns the handshake RTT.
+fn handshake(sock: &UdpSocket, flow: u64, start: Instant, timeout: Duration, peer: &SocketAddr) -> Result<Duration, String> {
+    let fd = sock.as_raw_fd();
+    let mut buf = [0u8; 64];
+    let give_up = Instant::now() + timeout;
+    loop {
+        let now = Instant::now();
+        if now >= give_up {
+            return Err(format!(
+                "no answer from a receiver at {peer} after {:.1} s; is the receiver running and reachable?",
+                timeout.as_secs_f64()
+            ));
+        }
+        let sent_us = start.elapsed().as_micros() as u64;
+        let n = Packet::Hello { flow, sender_us: sent_us }.encode(&mut buf);
+        debug_assert_eq!(n, HELLO_BYTES);
+        match sock.send(&buf[..n]) {
+            Ok(_) => {}
+            // The receiver's port is not open yet (ICMP port unreachable): retry.
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("cannot send to {peer}: {e}")),
+        }
+        let next_hello = (now + HELLO_INTERVAL).min(give_up);
+        loop {
+            let left = next_hello.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let ready = net::wait(fd, false, Some(left)).map_err(|e| format!("poll failed: {e}"))?;
+            if !ready.readable {
+                continue;
+            }
+            match sock.recv(&mut buf) {
+                Ok(len) => {
+                    if let Some(Packet::HelloAck { flow: f, echo_us }) = Packet::decode(&buf[..len]) {
+                        if f == flow {
+                            let now_us = start.elapsed().as_micros() as u64;
+                            return Ok(Duration::from_micros(now_us.saturating_sub(echo_us)));
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused || e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("receive from {peer} failed: {e}")),
+            }
+        }
+    }
+}
+
+/// Connects to the receiver at `peer` and sends at the controller's pace until killed.
+pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, connect_timeout: Duration) -> Result<(), String> {
+    let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
+    sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
+    net::forbid_fragmentation(&sock, &peer).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
+    let fd = sock.as_raw_fd();
+    let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
+    let _ = net::set_buffer(fd, net::Buffer::Receive, 8 << 20);
+
+    let start = Instant::now();
+    let flow = new_flow_id();
+    let handshake_rtt = handshake(&sock, flow, start, connect_timeout, &peer)?;
+
+    let payload = data_payload_bytes(&peer);
+    let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
+    // Non-zero filler: nothing on the path should be able to compress the probe.
+    let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
+    let mut rbuf = [0u8; 256];
+    let clock = || start.elapsed();
+
+    loop {
+        // 1. Everything the receiver has said so far.
+        loop {
+            match sock.recv(&mut rbuf) {
+                Ok(len) => {
+                    if let Some(Packet::Ack(ack)) = Packet::decode(&rbuf[..len]) {
+                        core.on_ack(clock(), &ack);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                // The receiver went away for a moment (ICMP); keep probing.
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => continue,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("receive from {peer} failed: {e}")),
+            }
+        }
+        core.on_timer(clock());
+
+        // 2. As many packets as the window and the pacer allow.
+        let mut blocked = false;
+        for _ in 0..MAX_SEND_BATCH {
+            let now = clock();
+            match core.send_allowed_at() {
+                Some(at) if at <= now => {}
+                _ => break,
+            }
+            let n = Packet::Data { flow, seq: core.next_seq(), sender_us: now.as_micros() as u64 }.encode(&mut data);
+            match sock.send(&data[..n]) {
+                Ok(_) => {
+                    core.on_send(now);
+                    stats.add_bytes(n as u64);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    blocked = true;
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => break,
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    return Err(format!(
+                        "the path to {peer} cannot carry {}-byte IP packets (MTU below 1500?): {e}",
+                        super::wire::IP_PACKET_BYTES
+                    ));
+                }
+                Err(e) => return Err(format!("send to {peer} failed: {e}")),
+            }
+        }
+        stats.set_lost(core.counts().lost);
+
+        // 3. Sleep until an ACK, a pacing slot or a loss timeout.
+        let now = clock();
+        let mut timeout = core.next_wakeup().map(|t| t.saturating_sub(now));
+        if blocked {
+            // The local queue is full; POLLOUT wakes us, but never sleep long on it.
+            timeout = Some(timeout.map_or(Duration::from_millis(1), |t| t.min(Duration::from_millis(1))));
+        }
+        if timeout != Some(Duration::ZERO) {
+            net::wait(fd, blocked, timeout).map_err(|e| format!("poll failed: {e}"))?;
+        }
+    }
+}
