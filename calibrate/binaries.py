@@ -15,6 +15,7 @@ from pathlib import Path
 from calibrate.errors import EnvironmentProblem
 
 LINK = "calibrate-link"
+SCHEME = "calibrate-scheme"
 
 
 def find(name: str) -> Path:
