@@ -60,7 +60,7 @@ pub fn bind_tcp(port: u16) -> io::Result<TcpListener> {
     TcpListener::bind(v6).or_else(|_| TcpListener::bind(v4))
 }
 
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+pub fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: passes a pointer to a live i32 and its size, as setsockopt(2) requires.
     let rc = unsafe {
         libc::setsockopt(

@@ -10,6 +10,10 @@
 //!   small in a fresh namespace. A flow is then limited by its congestion control, never by
 //!   a socket buffer, up to a bandwidth-delay product of tens of megabytes — the situation
 //!   Pantheon's hosts were in after `setup_system.py --set-all-mem`.
+//! * The sender caps its *unsent* data with `TCP_NOTSENT_LOWAT` ([`UNSENT_BYTES`]): the
+//!   buffer still never limits the congestion window, but a full-throttle writer no longer
+//!   parks 64 MiB in the kernel. TCP memory (`net.ipv4.tcp_mem`) is global to the host, and
+//!   without the cap a few dozen emulated paths side by side exhaust it and stall.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,6 +25,8 @@ use crate::net;
 use crate::stats::Stats;
 
 pub const TCP_BUFFER_BYTES: usize = 64 << 20;
+/// Unsent bytes a sender keeps queued: 33 ms at 1 Gbit/s, far more than a wake-up takes.
+pub const UNSENT_BYTES: i32 = 4 << 20;
 const IO_CHUNK: usize = 1 << 20;
 const CONNECT_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -78,6 +84,7 @@ fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant) -> Result<TcpStre
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
     set_congestion_control(fd, cc).map_err(std::io::Error::other)?;
     let _ = net::set_buffer(fd, net::Buffer::Send, TCP_BUFFER_BYTES);
+    net::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, UNSENT_BYTES)?;
 
     let (storage, len) = sockaddr(peer);
     // SAFETY: storage holds a valid sockaddr of length len.
