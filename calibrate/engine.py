@@ -63,6 +63,15 @@ class EngineResult:
     def ok(self) -> bool:
         return self.returncode == 0
 
+    @property
+    def message(self) -> str:
+        """The engine's one-line error (its last `calibrate-link: error:` line), or its last line."""
+        lines = [line for line in self.stderr.strip().splitlines() if line.strip()]
+        for line in reversed(lines):
+            if line.startswith("calibrate-link: error: "):
+                return line.removeprefix("calibrate-link: error: ")
+        return lines[-1] if lines else ""
+
 
 def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
             logs: Logs = Logs(), grace_s: float = 2.0) -> list[str]:
@@ -97,15 +106,8 @@ def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path,
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = EngineResult(process.returncode, summary, stderr)
     if check and not result.ok:
-        message = _engine_message(stderr) or f"calibrate-link exited with status {process.returncode}"
+        message = result.message or f"calibrate-link exited with status {process.returncode}"
         if process.returncode == BAD_INPUT:
             raise InputError(message)
         raise RunFailed(message)
     return result
-
-
-def _engine_message(stderr: str) -> str:
-    for line in reversed(stderr.strip().splitlines()):
-        if line.startswith("calibrate-link: error: "):
-            return line.removeprefix("calibrate-link: error: ")
-    return stderr.strip().splitlines()[-1] if stderr.strip() else ""

@@ -13,7 +13,7 @@ import sys
 
 from calibrate.errors import CalibrateError
 
-COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target"]
+COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,65 @@
+"""`calibrate schemes`: the schemes this host can run, their Pantheon aliases, which side
+starts first, where ours differs from what Pantheon ran, and why any is unavailable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from calibrate.schemes import Registry, load_registry
+
+
+def add_pantheon_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pantheon-dir", type=Path, metavar="DIR",
+                        help="a Pantheon checkout: add its src/wrappers/<key>.py as pantheon-<key> "
+                             "(preferred for the label <key> when available)")
+    parser.add_argument("--pantheon-python", metavar="PYTHON",
+                        help="interpreter for Pantheon's wrappers (default: python2 if one runs, "
+                             "else python3)")
+
+
+def registry_from(args: argparse.Namespace) -> Registry:
+    return load_registry(args.pantheon_dir, args.pantheon_python)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "schemes", help="list the congestion-control schemes available on this host",
+        description="List the schemes (Pantheon's wrapper contract) this host can run, with their "
+                    "aliases (Pantheon labels), which side runs first, notes where our "
+                    "implementation is not the one Pantheon ran, and why any is unavailable.")
+    parser.add_argument("--json", action="store_true", help="print the registry as JSON")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="also show each scheme's description and its command lines")
+    add_pantheon_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = registry_from(args)
+    if args.json:
+        print(json.dumps([s.to_json() for s in registry.schemes], indent=2))
+        return 0
+    available = registry.available()
+    table = Table(title=f"{len(available)} of {len(registry.schemes)} schemes available on this host")
+    table.add_column("scheme", style="bold")
+    table.add_column("ok")
+    table.add_column("first")
+    table.add_column("aliases (Pantheon labels)")
+    table.add_column("kind")
+    table.add_column("note / why unavailable", overflow="fold")
+    for s in registry.schemes:
+        remark = s.note or ""
+        if not s.available:
+            remark = f"[red]unavailable: {s.unavailable_reason}[/red]"
+        if args.verbose:
+            remark = "\n".join(x for x in (remark, s.description, s.command(s.run_first, 50001),
+                                          s.command(s.run_second, 50001)) if x)
+        table.add_row(s.name, "[green]yes[/green]" if s.available else "[red]no[/red]",
+                      s.run_first, ", ".join(s.aliases), s.kind, remark)
+    Console().print(table)
+    return 0

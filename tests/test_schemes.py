@@ -1,0 +1,208 @@
+"""The scheme registry, `calibrate schemes`, and the Pantheon wrapper adapter (real wrappers,
+real engine runs)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from calibrate import binaries
+from calibrate.emulator import EmulatorConfig
+from calibrate.errors import InputError
+from calibrate.metrics import read_perf_json
+from calibrate.schemes import default_interpreter, load_registry, pantheon_schemes
+from calibrate.scripted import Experiment, run_experiment
+from calibrate.target import Workload
+
+CALIBRATE = str(Path(sys.executable).parent / "calibrate")
+PATH_12 = "mm-delay 20 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=100"
+BUILTINS = ["cubic", "reno", "bbr", "quic-cubic", "quic-newreno", "quic-bbr", "udp-vegas", "udp-copa",
+            "udp-ledbat", "udp-saturator"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CALIBRATE, *args], capture_output=True, text=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry and `calibrate schemes`
+
+
+def test_calibrate_schemes_lists_the_builtins_with_aliases():
+    result = cli("schemes", "--json")
+    assert result.returncode == 0, result.stderr
+    schemes = {s["name"]: s for s in json.loads(result.stdout)}
+    available = [name for name, s in schemes.items() if s["available"]]
+    assert len(available) >= 10
+    assert set(BUILTINS) <= set(available)
+    assert "default_tcp" in schemes["cubic"]["aliases"]
+    assert "quic" in schemes["quic-cubic"]["aliases"]
+    for name, label in (("udp-vegas", "vegas"), ("udp-copa", "copa"), ("udp-ledbat", "ledbat"),
+                        ("udp-saturator", "saturator")):
+        assert label in schemes[name]["aliases"]
+        assert "Pantheon" in schemes[name]["note"]  # says ours is not Pantheon's implementation
+    assert schemes["quic-cubic"]["run_first"] == "sender" and schemes["cubic"]["run_first"] == "receiver"
+    for s in schemes.values():
+        assert s["available"] or s["unavailable_reason"]
+
+    table = cli("schemes")
+    assert table.returncode == 0 and "udp-saturator" in table.stdout and "default_tcp" in table.stdout
+
+
+def test_pantheon_labels_resolve_to_our_schemes():
+    registry = load_registry()
+    kernel_vegas = registry.get("vegas")
+    assert registry.resolve("default_tcp").name == "cubic"
+    assert registry.resolve("quic").name == "quic-cubic"
+    assert registry.resolve("vegas").name == ("vegas" if kernel_vegas and kernel_vegas.available else "udp-vegas")
+    assert registry.resolve("copa").name == "udp-copa"
+    assert registry.resolve("ledbat").name == "udp-ledbat"
+    assert registry.resolve("saturator").name == "udp-saturator"
+    assert registry.resolve("greg_saturator").name == "udp-saturator"
+    assert registry.resolve("TCP_BBR").name == "bbr"  # via calibrate.aliases, case-insensitive
+    with pytest.raises(InputError, match="unknown scheme 'sprout'.*available here: cubic"):
+        registry.resolve("sprout")
+    with pytest.raises(InputError, match="listed twice"):
+        registry.select("cubic,default_tcp,cubic")
+    assert [label for label, _ in registry.select("all")] == [s.name for s in registry.available()]
+
+
+def test_commands_follow_pantheons_contract():
+    registry = load_registry()
+    cubic, quic = registry.resolve("cubic"), registry.resolve("quic-cubic")
+    assert cubic.argv("receiver", 5000) == [str(binaries.find("calibrate-scheme")), "cubic", "receiver", "5000"]
+    assert cubic.argv("sender", 5000, "10.0.0.1")[-3:] == ["sender", "10.0.0.1", "5000"]
+    assert quic.argv("sender", 5000)[-2:] == ["sender", "5000"]  # sender first: it listens
+    assert quic.command("receiver", 5000).endswith('receiver "$EMU_PEER" 5000')
+    assert cubic.command("receiver", 5000).startswith("exec ")
+
+
+def test_unknown_scheme_is_a_one_line_error_listing_the_available(tmp_path):
+    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic,nosuch", "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "unknown scheme 'nosuch'" in result.stderr and "udp-copa" in result.stderr
+    assert not (tmp_path / "d").exists()  # nothing written before the arguments are checked
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--runtime", "61"], "--runtime must be in (0, 60]"),
+    (["--runtime", "0"], "--runtime must be in (0, 60]"),
+    (["--flows", "3", "--interval", "11", "--runtime", "20"], "exceeds the runtime"),
+    (["--flows", "0"], "--flows must be"),
+    (["--run-times", "0"], "--run-times must be"),
+    (["--parallel", "0"], "--parallel must be"),
+    (["--interval", "nan"], "--interval must be"),
+    (["--runtime", "abc"], "invalid float value"),
+    (["--emulator", "mm-link"], "mm-link UPLINK-TRACE DOWNLINK-TRACE"),
+    (["--data-dir", "/proc/calibrate-test"], "not writable"),
+])
+def test_bad_arguments_give_one_line_errors(tmp_path, args, message):
+    base = {"--emulator": PATH_12, "--schemes": "cubic", "--data-dir": str(tmp_path / "d")}
+    for key, value in zip(args[::2], args[1::2]):
+        base[key] = value
+    result = cli("emulate", *[x for kv in base.items() for x in kv])
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr
+
+
+def test_a_data_dir_with_results_is_not_overwritten_by_accident(tmp_path):
+    (tmp_path / "cubic_datalink_run1.log").write_text("")
+    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic", "--data-dir", str(tmp_path))
+    assert result.returncode == 2 and "--overwrite" in result.stderr
+    assert (tmp_path / "cubic_datalink_run1.log").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pantheon wrapper adapter
+
+# A wrapper with Pantheon's command line that records how it was called, then runs one of our
+# built-in schemes (as Pantheon's iperf wrappers run iperf).
+WRAPPER = textwrap.dedent("""\
+    import os, sys
+    FIRST, SCHEME, PROGRAM = {first!r}, {scheme!r}, {program!r}
+    if sys.argv[1:] == ["run_first"]:
+        print(FIRST)
+        sys.exit(0)
+    if sys.argv[1] in ("deps", "setup", "setup_after_reboot"):
+        sys.exit(0)
+    with open(os.path.abspath(__file__) + ".calls", "a") as log:
+        log.write(" ".join(sys.argv[1:]) + "\\n")
+    {body}
+    """)
+
+
+def write_wrapper(wrappers: Path, key: str, first: str, scheme: str, body: str | None = None) -> Path:
+    program = str(binaries.find("calibrate-scheme"))
+    path = wrappers / f"{key}.py"
+    path.write_text(WRAPPER.format(first=first, scheme=scheme, program=program,
+                                   body=body or "os.execv(PROGRAM, [PROGRAM, SCHEME] + sys.argv[1:])"))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def pantheon_checkout(tmp_path):
+    wrappers = tmp_path / "pantheon" / "src" / "wrappers"
+    wrappers.mkdir(parents=True)
+    (wrappers / "arg_parser.py").write_text("# Pantheon's helper, not a scheme\n")
+    write_wrapper(wrappers, "cubic", "receiver", "cubic")
+    write_wrapper(wrappers, "quic", "sender", "quic-cubic")
+    write_wrapper(wrappers, "crashy", "receiver", "cubic",
+                  body="import time\nif sys.argv[1] == 'sender':\n    time.sleep(1)\n    sys.exit(3)\n"
+                       "os.execv(PROGRAM, [PROGRAM, SCHEME] + sys.argv[1:])")
+    (wrappers / "broken.py").write_text("import no_such_module_here\n")
+    return tmp_path / "pantheon"
+
+
+def test_wrappers_join_the_registry(pantheon_checkout):
+    schemes = {s.name: s for s in pantheon_schemes(pantheon_checkout, sys.executable)}
+    assert set(schemes) == {"pantheon-cubic", "pantheon-quic", "pantheon-crashy", "pantheon-broken"}
+    assert schemes["pantheon-quic"].run_first == "sender" and schemes["pantheon-cubic"].run_first == "receiver"
+    assert not schemes["pantheon-broken"].available
+    assert "no_such_module_here" in schemes["pantheon-broken"].unavailable_reason
+    registry = load_registry(pantheon_checkout, sys.executable)
+    # A label Pantheon's checkout has resolves to Pantheon's own wrapper; our names stay ours.
+    assert registry.resolve("quic").name == "pantheon-quic"
+    assert registry.resolve("cubic").name == "cubic"
+    assert registry.resolve("pantheon-cubic").kind == "pantheon-wrapper"
+
+    listed = cli("schemes", "--json", "--pantheon-dir", str(pantheon_checkout), "--pantheon-python", sys.executable)
+    assert listed.returncode == 0, listed.stderr
+    assert {"pantheon-cubic", "pantheon-quic", "cubic"} <= {s["name"] for s in json.loads(listed.stdout)}
+    bad = cli("schemes", "--pantheon-dir", str(pantheon_checkout / "src"))
+    assert bad.returncode == 2 and "not a Pantheon checkout" in bad.stderr
+
+
+def test_default_interpreter_runs():
+    python = default_interpreter()
+    assert subprocess.run([python, "-c", "pass"]).returncode == 0
+
+
+@pytest.mark.needs_root
+def test_wrappers_run_with_their_contract_and_failures_are_reported(pantheon_checkout, tmp_path):
+    registry = load_registry(pantheon_checkout, sys.executable)
+    data_dir = tmp_path / "data"
+    experiment = Experiment(EmulatorConfig.parse(PATH_12), tuple(registry.select("pantheon-cubic,quic,crashy")),
+                            Workload(1, 0.0, 5.0, 1), data_dir, parallel=2)
+    outcomes = {o.cc: o for o in run_experiment(experiment)}
+    wrappers = pantheon_checkout / "src" / "wrappers"
+    # Receiver first: `receiver PORT`, then `sender IP PORT`; sender first: the reverse.
+    assert (wrappers / "cubic.py.calls").read_text().splitlines() == ["receiver 50001", "sender 100.64.0.1 50001"]
+    assert (wrappers / "quic.py.calls").read_text().splitlines() == ["sender 50001", "receiver 100.64.0.2 50001"]
+    for cc in ("pantheon-cubic", "quic"):
+        assert outcomes[cc].valid, outcomes[cc].validity
+        assert outcomes[cc].stats.utilization >= 0.85
+    crashed = outcomes["crashy"]
+    assert not crashed.valid and crashed.failure
+    assert "status 3" in crashed.validity.reason
+    assert "Run discarded" in crashed.paths.stats.read_text()
+    perf = read_perf_json(data_dir / "pantheon_perf.json")
+    assert set(perf["pantheon-cubic"]) == {1} and perf["crashy"] == {}

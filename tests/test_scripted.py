@@ -1,0 +1,162 @@
+"""Pantheon-style scripted runs over the real engine: each scheme's character over a
+12 Mbit/s, 20 ms, 100-packet DropTail path, staggered flows, and the data dir read back."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.emulator import EmulatorConfig
+from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
+from calibrate.schemes import load_registry
+from calibrate.scripted import Experiment, run_experiment, run_scheme
+from calibrate.target import Workload, load_target
+
+pytestmark = pytest.mark.needs_root
+
+CALIBRATE = str(Path(sys.executable).parent / "calibrate")
+PATH_12 = "mm-delay 20 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=100"
+PROPAGATION_MS = 21.0  # 20 ms of mm-delay + the 1-ms link slot
+LEDBAT_TARGET_MS = 100.0
+
+
+@pytest.fixture(scope="module")
+def every_scheme(tmp_path_factory):
+    """`calibrate emulate --schemes all`: 20 s single flows, two engines at a time."""
+    data_dir = tmp_path_factory.mktemp("all") / "data"
+    result = subprocess.run([CALIBRATE, "emulate", "--emulator", PATH_12, "--schemes", "all", "--runtime", "20",
+                             "--run-times", "1", "--parallel", "2", "--data-dir", str(data_dir), "--json"],
+                            capture_output=True, text=True, timeout=600)
+    report = json.loads(result.stdout)
+    runs = {run["cc"]: run for run in report["runs"]}
+    return result, report, runs, data_dir
+
+
+def total(run: dict) -> dict:
+    return run["flows"]["all"]
+
+
+def test_every_run_is_valid(every_scheme):
+    result, report, runs, _ = every_scheme
+    assert result.returncode == 0, [(r["cc"], r["reason"]) for r in runs.values() if not r["valid"]]
+    assert {"cubic", "reno", "bbr", "quic-cubic", "quic-newreno", "quic-bbr", "udp-vegas", "udp-copa",
+            "udp-ledbat", "udp-saturator"} <= set(runs)
+    assert all(run["stop_reason"] == "deadline" for run in runs.values())
+
+
+@pytest.mark.parametrize("scheme", ["cubic", "reno", "bbr", "quic-cubic", "quic-newreno", "quic-bbr",
+                                    "udp-saturator"])
+def test_full_throttle_schemes_fill_the_link(every_scheme, scheme):
+    run = every_scheme[2][scheme]
+    assert run["utilization"] >= 0.85, run
+
+
+@pytest.mark.parametrize("scheme", ["cubic", "udp-saturator"])
+def test_loss_based_schemes_fill_the_queue(every_scheme, scheme):
+    # 100 packets at 1 ms each = 100 ms of queueing on top of 21 ms of path.
+    assert total(every_scheme[2][scheme])["delay"] >= 100
+
+
+@pytest.mark.parametrize("scheme", ["udp-vegas", "udp-copa"])
+def test_delay_based_schemes_keep_the_queue_short(every_scheme, scheme):
+    run = every_scheme[2][scheme]
+    assert total(run)["delay"] < 60 and run["utilization"] >= 0.60, run
+
+
+def test_ledbat_queues_near_its_target_within_a_shallow_buffer(every_scheme):
+    """The 100-packet queue holds only 100 ms, exactly LEDBAT's target, so the target is the
+    buffer: LEDBAT keeps a standing queue close below it (measured p95 queueing 79-86 ms over
+    3 runs), far above Vegas/Copa (~3 ms) and never beyond the target.  Behind a deep queue the
+    target is reachable: see the deep-queue tests below."""
+    run = every_scheme[2]["udp-ledbat"]
+    queueing = total(run)["delay"] - PROPAGATION_MS
+    assert 50 <= queueing <= LEDBAT_TARGET_MS, run
+    assert run["utilization"] >= 0.85
+
+
+def test_the_data_dir_reads_back_to_the_same_numbers(every_scheme):
+    _, report, runs, data_dir = every_scheme
+    names = {p.name for p in data_dir.iterdir()}
+    for cc in runs:
+        for kind in ("datalink", "acklink", "mm_datalink", "mm_acklink", "stats"):
+            assert f"{cc}_{kind}_run1.log" in names
+    meta = json.loads((data_dir / "pantheon_metadata.json").read_text())
+    assert meta["cc_schemes"] == sorted(runs) and meta["runtime"] == 20 and meta["flows"] == 1
+    assert meta["uplink_trace"] == "12mbps.trace" and meta["prepend_mm_cmds"] == "mm-delay 20"
+    assert meta["extra_mm_link_args"] == "--uplink-queue=droptail --uplink-queue-args=packets=100"
+    assert EmulatorConfig.parse(meta["emulator"]) == EmulatorConfig.parse(PATH_12)
+
+    target = load_target(str(data_dir))
+    assert target.workload.runtime_s == 20 and target.workload.flows == 1
+    assert {s.label for s in target.schemes} == set(runs)
+    for scheme in target.schemes:
+        (read,) = scheme.runs
+        measured = runs[scheme.label]["flows"]
+        for key, metrics in read.flows.items():
+            assert metrics.tput_mbps == measured[key]["tput"]
+            assert metrics.delay_ms == measured[key]["delay"]
+            assert metrics.loss == measured[key]["loss"]
+        # ... and the logs themselves recompute to them, as the stats log prints them.
+        again = analyze_datalink_log(data_dir / f"{scheme.label}_datalink_run1.log").total
+        assert again.tput_mbps == measured["all"]["tput"]
+        printed = parse_stats_log(data_dir / f"{scheme.label}_stats_run1.log").flows["all"]
+        assert printed.delay_ms == round(measured["all"]["delay"], 3)
+
+
+@pytest.fixture(scope="module")
+def ledbat_deep_queue(tmp_path_factory):
+    emulator = EmulatorConfig.parse(PATH_12.replace("packets=100", "packets=1000"))
+    scheme = load_registry().resolve("ledbat")
+    outcome = run_scheme(emulator, scheme, 1, Workload(1, 0.0, 20.0), tmp_path_factory.mktemp("ledbat"))
+    log = parse_datalink_log(outcome.paths.datalink)
+    return outcome, log.departure_ts / 1000.0, log.departure_delay - log.departure_delay.min()
+
+
+def median_queueing(ledbat_deep_queue, start_s: float, end_s: float) -> float:
+    _, ts, queueing = ledbat_deep_queue
+    window = (ts >= start_s) & (ts < end_s)
+    return float(np.median(queueing[window]))
+
+
+def test_ledbat_converges_to_its_target_behind_a_deep_queue(ledbat_deep_queue):
+    """Behind 1000 packets (1 s) of buffer the target is reachable: after slow start's
+    overshoot LEDBAT brings its queueing delay down to about 100 ms."""
+    outcome = ledbat_deep_queue[0]
+    assert outcome.valid, outcome.validity
+    assert abs(median_queueing(ledbat_deep_queue, 6, 10) - LEDBAT_TARGET_MS) <= 30
+
+
+def test_ledbat_does_not_fill_a_deep_queue(ledbat_deep_queue):
+    """Unlike a loss-based scheme, which would queue the whole second of buffer, LEDBAT's p95
+    queueing over the whole run (slow start's overshoot included) stays within twice its target.
+    (After ~10 s it sometimes leaves the target downwards, the queue draining for seconds;
+    reported to the schemes' owner -- not asserted either way here.)"""
+    outcome = ledbat_deep_queue[0]
+    assert outcome.stats.total.delay_ms - PROPAGATION_MS < 2 * LEDBAT_TARGET_MS
+    assert outcome.stats.total.loss < 0.01  # nothing dropped; only what was in flight at the stop
+
+
+def test_three_staggered_flows_are_active_for_30_20_and_10_s(tmp_path):
+    """-t 30 -f 3 --interval 10: flows start at 0/10/20 s after setup and all stop together."""
+    registry = load_registry()
+    experiment = Experiment(EmulatorConfig.parse(PATH_12), (("cubic", registry.resolve("cubic")),),
+                            Workload(3, 10.0, 30.0, 1), tmp_path)
+    (outcome,) = run_experiment(experiment)
+    assert outcome.valid, outcome.validity
+    stats = outcome.stats
+    assert sorted(stats.flows) == [1, 2, 3]
+    assert stats.total.tput_mbps >= 0.9 * 12  # the three flows together keep the link busy
+    for flow, expected_s in ((1, 30), (2, 20), (3, 10)):
+        assert math.isclose(stats.flows[flow].window_ms / 1000, expected_s, abs_tol=1.5), (flow, stats.flows[flow])
+        assert stats.flows[flow].tput_mbps > 0.5
+    # Pantheon's stats log and perf file carry the per-flow statistics.
+    text = outcome.paths.stats.read_text()
+    assert "-- Total of 3 flows:" in text and "-- Flow 3:" in text
+    perf = json.loads((tmp_path / "pantheon_perf.json").read_text())
+    assert set(perf["cubic"]["1"]) == {"all", "1", "2", "3"}
