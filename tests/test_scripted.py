@@ -125,18 +125,22 @@ def median_queueing(ledbat_deep_queue, start_s: float, end_s: float) -> float:
 
 
 def test_ledbat_converges_to_its_target_behind_a_deep_queue(ledbat_deep_queue):
-    """Behind 1000 packets (1 s) of buffer the target is reachable: after slow start's
-    overshoot LEDBAT brings its queueing delay down to about 100 ms."""
+    """Behind 1000 packets (1 s) of buffer the target is reachable. Slow start overshoots it
+    (~140 ms); LEDBAT then brings its queueing delay down towards 100 ms at the pace RFC 6817
+    allows (GAIN = 1: under a packet per RTT), and never lets the queue drain."""
     outcome = ledbat_deep_queue[0]
     assert outcome.valid, outcome.validity
-    assert abs(median_queueing(ledbat_deep_queue, 6, 10) - LEDBAT_TARGET_MS) <= 30
+    early, late = median_queueing(ledbat_deep_queue, 4, 6), median_queueing(ledbat_deep_queue, 16, 20)
+    assert LEDBAT_TARGET_MS <= late < early
+    assert late <= 1.3 * LEDBAT_TARGET_MS
+    _, ts, queueing = ledbat_deep_queue
+    assert queueing[ts >= 5].min() >= 0.5 * LEDBAT_TARGET_MS
 
 
 def test_ledbat_does_not_fill_a_deep_queue(ledbat_deep_queue):
     """Unlike a loss-based scheme, which would queue the whole second of buffer, LEDBAT's p95
     queueing over the whole run (slow start's overshoot included) stays within twice its target.
-    (After ~10 s it sometimes leaves the target downwards, the queue draining for seconds;
-    reported to the schemes' owner -- not asserted either way here.)"""
+    """
     outcome = ledbat_deep_queue[0]
     assert outcome.stats.total.delay_ms - PROPAGATION_MS < 2 * LEDBAT_TARGET_MS
     assert outcome.stats.total.loss < 0.01  # nothing dropped; only what was in flight at the stop

@@ -12,7 +12,8 @@
 //! * per ACK: `off_target = (TARGET - queuing_delay) / TARGET` and
 //!   `cwnd += GAIN * off_target * bytes_acked * MSS / cwnd`, so the window grows by at
 //!   most GAIN = 1 packet per RTT far below target and shrinks above it;
-//! * `cwnd <= flightsize + ALLOWED_INCREASE * MSS` (no growth while not using the window),
+//! * `cwnd <= flightsize + ALLOWED_INCREASE * MSS` (no growth while not using the window;
+//!   applied to growth only, so a momentary dip in flight never shrinks the window),
 //!   `cwnd >= MIN_CWND * MSS` with MIN_CWND = 2, INIT_CWND = 2;
 //! * on loss, at most once per RTT: `cwnd = min(cwnd, max(cwnd / 2, MIN_CWND * MSS))`.
 //!
@@ -113,6 +114,7 @@ impl Controller for Ledbat {
     }
 
     fn on_ack(&mut self, ack: &AckEvent) {
+        let before = self.cwnd;
         self.update_base_delay(ack.now, ack.one_way_delay_us);
         self.update_current_delay(ack.one_way_delay_us);
         let (Some(current), Some(base)) = (self.current_delay(), self.base_delay()) else {
@@ -132,8 +134,12 @@ impl Controller for Ledbat {
             self.cwnd += GAIN * off_target * acked * mss / self.cwnd;
         }
         // Flight size before this ACK: what is still out plus what it just acknowledged.
+        // The RFC's cap exists so that an unused window does not *grow*; applied literally it
+        // also shrinks the window whenever flight dips for a moment (a sender stalled for a
+        // few ms), and each following ACK clamps it further: the window collapses and LEDBAT
+        // needs seconds to climb back at one packet per RTT. So it limits growth only.
         let flightsize = (ack.bytes_in_flight + ack.acked_bytes) as f64;
-        let max_allowed = flightsize + ALLOWED_INCREASE_PACKETS * mss;
+        let max_allowed = (flightsize + ALLOWED_INCREASE_PACKETS * mss).max(before);
         self.cwnd = self.cwnd.min(max_allowed).max(MIN_CWND_PACKETS * mss);
     }
 
@@ -225,11 +231,27 @@ mod tests {
 
     #[test]
     fn does_not_grow_beyond_flight_size() {
+        // Far below target but using only 5 packets of a 50-packet window: no growth.
         let mut l = in_avoidance(50.0);
         for i in 0..100 {
             l.on_ack(&ack(Duration::from_millis(i), 20.0, 5 * MSS));
         }
-        assert!(l.cwnd() <= 7 * MSS);
+        assert_eq!(l.cwnd(), 50 * MSS);
+    }
+
+    #[test]
+    fn a_dip_in_flight_does_not_shrink_the_window() {
+        // At target (no push either way) while flight dips to 3 packets for a moment.
+        let mut l = in_avoidance(50.0);
+        for i in 0..20 {
+            l.on_ack(&ack(Duration::from_millis(i), 120.0, 3 * MSS));
+        }
+        assert_eq!(l.cwnd(), 50 * MSS);
+        // And with the window in use again it grows below target.
+        for i in 20..200 {
+            l.on_ack(&ack(Duration::from_millis(i), 20.0, 50 * MSS));
+        }
+        assert!(l.cwnd() > 50 * MSS);
     }
 
     #[test]
