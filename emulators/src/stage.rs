@@ -75,3 +75,50 @@ impl Pipeline {
         self.stages.iter().map(|s| s.held()).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delay::Delay;
+    use crate::link::Link;
+    use crate::loss::Loss;
+    use crate::packet::Packet;
+    use crate::queue::QueueSpec;
+    use crate::trace::Trace;
+    use std::sync::Arc;
+
+    fn chain(data_direction: bool) -> Pipeline {
+        let link: Box<dyn Stage + Send> = Box::new(Link::new(Arc::new(Trace::parse("1\n", "t").unwrap()), QueueSpec::Infinite, 0));
+        let loss: Box<dyn Stage + Send> = Box::new(Loss::new(0.0, 1));
+        let delay: Box<dyn Stage + Send> = Box::new(Delay::new(20));
+        Pipeline::new(if data_direction { vec![link, loss, delay] } else { vec![delay, loss, link] })
+    }
+
+    fn times(pipeline: &mut Pipeline, now: Ms) -> Vec<Ms> {
+        let mut out = Vec::new();
+        pipeline.release(now, &mut out, &mut Unobserved);
+        out.iter().map(|p| p.time).collect()
+    }
+
+    #[test]
+    fn data_crosses_link_then_delay_at_scheduled_times_even_when_released_late() {
+        let mut up = chain(true);
+        up.accept(Packet::new(vec![0; 1500], 10), &mut Unobserved);
+        up.accept(Packet::new(vec![0; 1500], 10), &mut Unobserved);
+        assert_eq!(up.next_wake(), Some(11));
+        assert!(times(&mut up, 30).is_empty());
+        // Nobody looked between 30 and 45: the packets still leave at 11 + 20 and 12 + 20.
+        assert_eq!(times(&mut up, 45), vec![31, 32]);
+        assert_eq!(up.held(), 0);
+    }
+
+    #[test]
+    fn acks_cross_delay_then_the_link() {
+        let mut down = chain(false);
+        down.accept(Packet::new(vec![0; 40], 10), &mut Unobserved);
+        // Delayed until 30, it may not use the link's opportunity at 30: it leaves at 31.
+        assert!(times(&mut down, 30).is_empty());
+        assert_eq!(down.next_wake(), Some(31));
+        assert_eq!(times(&mut down, 100), vec![31]);
+    }
+}
