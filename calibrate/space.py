@@ -334,7 +334,8 @@ class BoundsRule:
     delay_margin_ms: float = 1.0
     #: queue bounds = warm-start queue ÷ / × this factor (log-symmetric)
     queue_factor: float = 4.0
-    #: loss upper bound = min(cap, max(largest scheme loss, floor)); lower bound 0
+    #: loss upper bound = min(cap, max(factor × smallest scheme loss, floor)); lower bound 0
+    loss_factor: float = 2.0
     loss_cap: float = 0.1
     loss_floor: float = 0.01
 
@@ -369,12 +370,17 @@ def _estimate(
     stats: Mapping[str, SchemeStats],
     saturating: Collection[str] | None,
     delay_based: Collection[str] | None,
+    runtime_s: float | None = None,
 ) -> dict[str, float]:
     """The analytic estimate behind both the warm start and the bounds (unrounded).
 
     - loss: the median loss of the delay-based schemes, which keep the queue short and so see
       mostly the path's random loss (median: one of them, e.g. Vegas, sometimes fills the queue);
       without any, the smallest loss of all schemes (every scheme sees at least the random loss).
+      Pantheon's loss is 1 − received/sent over the run, so the packets still in flight when the
+      run stops count as lost: about one p95 delay's worth of sending, a fraction
+      p95 / runtime.  With the target's `runtime_s` known, that is subtracted first (it is
+      0.6 % for a 36 ms path and a 6 s run, as large as the random loss being estimated).
     - rate: the best throughput of the saturating schemes (they keep the bottleneck busy), divided
       by (1 − loss) because Mahimahi's `mm-loss uplink` drops after the link; without any
       saturating scheme, the best throughput of all schemes.
@@ -386,7 +392,11 @@ def _estimate(
     stats = _check_stats(stats)
     sat = _present(stats, saturating, PANTHEON_SATURATING) or list(stats)
     dly = _present(stats, delay_based, PANTHEON_DELAY_BASED)
-    loss = float(np.median([stats[s][2] for s in dly])) if dly else min(v[2] for v in stats.values())
+    def path_loss(s: str) -> float:
+        tput, delay, loss = stats[s]
+        return max(loss - (delay / 1e3 / runtime_s if runtime_s else 0.0), 0.0)
+
+    loss = float(np.median([path_loss(s) for s in dly])) if dly else min(map(path_loss, stats))
     loss = min(loss, _LIMITS["loss"][1])
     rate = max(stats[s][0] for s in sat) / (1.0 - loss)
     base_delay = min(v[1] for v in stats.values())
@@ -408,15 +418,17 @@ def bounds_from_target(
     - delay: [0, smallest p95 delay − 1 ms]: the propagation delay cannot exceed the delay of the
       least-delayed scheme, whose packets also spend at least part of a delivery slot queued;
     - queue: [÷4, ×4] × the warm-start queue (delay spread × rate, packets), at least 1 packet;
-    - loss: [0, min(10 %, max(largest loss of any scheme, 1 %))]: every scheme sees at least the
-      random loss, so none's measured loss can be below it; the floor keeps the dimension open.
+    - loss: [0, min(10 %, max(2 × smallest loss of any scheme, 1 %))]: every scheme sees at
+      least the random loss, so the least-lossy scheme's loss bounds it (× 2 for that scheme's
+      run-to-run scatter); the floor keeps the dimension open.  Queue-filling schemes' losses
+      (a saturator's tens of %) are overflow, not path loss, and must not widen the range.
 
     `stats` maps scheme -> (throughput Mbit/s, p95 delay ms, loss fraction); for multi-flow
     targets pass each scheme's whole-connection ("all") statistics.  Hints default to
     `PANTHEON_SATURATING` / `PANTHEON_DELAY_BASED`.  Integer parameters' bounds are rounded inward.
     """
     e = _estimate(stats, saturating, delay_based)
-    loss_max = max(v[2] for v in _check_stats(stats).values())
+    loss_min = min(v[2] for v in _check_stats(stats).values())
     lo_f, hi_f = rule.rate_factors
     delay_hi = max(e["base_delay"] - rule.delay_margin_ms, 1.0)
     queue_lo = max(math.ceil(e["queue"] / rule.queue_factor), 1)
@@ -425,7 +437,7 @@ def bounds_from_target(
         "rate": (e["rate"] * lo_f, e["rate"] * hi_f),
         "delay": (0.0, float(math.floor(delay_hi))),
         "queue": (float(queue_lo), float(queue_hi)),
-        "loss": (0.0, min(rule.loss_cap, max(loss_max, rule.loss_floor))),
+        "loss": (0.0, min(rule.loss_cap, max(rule.loss_factor * loss_min, rule.loss_floor))),
     }
 
 
@@ -433,13 +445,14 @@ def warm_start(
     stats: Mapping[str, SchemeStats],
     saturating: Collection[str] | None = None,
     delay_based: Collection[str] | None = None,
+    runtime_s: float | None = None,
 ) -> dict[str, float]:
     """The analytic first guess {rate, delay, queue, loss} (formulas in `_estimate`).
 
     Delay and queue are rounded to whole ms / packets, as the emulator takes them.  Pass the
     result through `SearchSpace.from_values(..., clip=True)` to get its unit-cube point.
     """
-    e = _estimate(stats, saturating, delay_based)
+    e = _estimate(stats, saturating, delay_based, runtime_s)
     return {"rate": e["rate"], "delay": int(round(e["delay"])), "queue": int(round(e["queue"])),
             "loss": e["loss"]}
 

@@ -32,7 +32,8 @@ _FALLBACK_MARKERS = ("s", "X", "P", "d", "^", "v")
 LOG_DELAY_RATIO = 4.0
 
 
-def _style(scheme: str, index: int) -> tuple[str, str]:
+def scheme_style(scheme: str, index: int) -> tuple[str, str]:
+    """(colour, marker) of a scheme: Pantheon's, else a fallback by position."""
     return SCHEME_STYLE.get(scheme, (_FALLBACK_COLORS[index % len(_FALLBACK_COLORS)],
                                      _FALLBACK_MARKERS[index % len(_FALLBACK_MARKERS)]))
 
@@ -58,10 +59,25 @@ def sigma_ellipse(scheme: SchemeResult, flow: str = TOTAL, points: int = 100
     return (centre + np.diag([summary.delay_ms.std, summary.tput_mbps.std]) @ circle).T
 
 
+def delay_axis(ax, delays: list[float]) -> None:
+    """Pantheon's axes: p95 one-way delay on x, inverted (lower delay is better: right), on a
+    log scale when the delays span a wide range; average throughput on y."""
+    from matplotlib.ticker import ScalarFormatter
+
+    positive = [d for d in delays if d > 0]
+    if positive and max(positive) / min(positive) > LOG_DELAY_RATIO:
+        ax.set_xscale("log", base=2)
+        formatter = ScalarFormatter()
+        formatter.set_scientific(False)
+        ax.xaxis.set_major_formatter(formatter)
+    ax.invert_xaxis()
+    ax.set_xlabel("95th percentile one-way delay (ms)")
+    ax.set_ylabel("Average throughput (Mbit/s)")
+
+
 def plot_target(target: Target, out: Path | str, *, flow: str = TOTAL) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import ScalarFormatter
 
     out = Path(out)
     fig = Figure(figsize=(9, 6.5))
@@ -74,7 +90,7 @@ def plot_target(target: Target, out: Path | str, *, flow: str = TOTAL) -> Path:
         summary = scheme.summary[flow]
         if summary.delay_ms.mean is None or summary.tput_mbps.mean is None:
             continue
-        color, marker = _style(scheme.scheme, index)
+        color, marker = scheme_style(scheme.scheme, index)
         runs = [r.flows[flow] for r in scheme.runs
                 if flow in r.flows and r.flows[flow].delay_ms is not None]
         if runs:
@@ -96,15 +112,7 @@ def plot_target(target: Target, out: Path | str, *, flow: str = TOTAL) -> Path:
                    edgecolors="black" if filled else None, linewidths=0.5 if filled else 1.5,
                    zorder=3, label=f"{label}, {scheme.n_runs} runs")
         ax.annotate(scheme.scheme, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
-    positive = [d for d in delays if d > 0]
-    if positive and max(positive) / min(positive) > LOG_DELAY_RATIO:
-        ax.set_xscale("log", base=2)
-        formatter = ScalarFormatter()
-        formatter.set_scientific(False)
-        ax.xaxis.set_major_formatter(formatter)
-    ax.invert_xaxis()  # lower delay is better: right
-    ax.set_xlabel("95th percentile one-way delay (ms)")
-    ax.set_ylabel("Average throughput (Mbit/s)")
+    delay_axis(ax, delays)
     prov = target.provenance
     title = target.name or prov.name or prov.source
     sub = " · ".join(p for p in (prov.path_description, prov.date,

@@ -13,7 +13,8 @@ import sys
 
 from calibrate.errors import CalibrateError
 
-COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate"]
+COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate",
+            "calibrate.cli.run", "calibrate.cli.export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

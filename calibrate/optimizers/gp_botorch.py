@@ -11,6 +11,15 @@ Acquisition: batch `qLogNoisyExpectedImprovement` (the log form is numerically w
 improvements are tiny) over all free slots at once, with the still-running points as
 `X_pending`, so asynchronous batches do not re-propose what is being evaluated.  BoTorch
 maximizes, so the model is fit to −f.
+
+Outcome warping (``outcome="log"``, the default): the GP models −log(f + c), c = `LOG_OFFSET`.
+f spans two orders of magnitude over a search space (70 % at a wrong corner, 0.2 % at the true
+emulator of a synthetic target, whose runs are nearly deterministic); on raw f a stationary GP
+spends its variance on the bad corners and sees the basin as flat, and on a real synthetic
+target it stalled at 4–6 % in 20 evaluations.  On the log scale the basin keeps its contrast.
+The argmin is the same; posterior means are mapped back (exp, the median of the log-normal) and
+the expected-improvement stop rule is converted to f's units at the incumbent.
+``outcome="raw"`` models f itself.
 """
 
 from __future__ import annotations
@@ -39,6 +48,10 @@ _DTYPE = torch.float64  # GP linear algebra in single precision is fragile at th
 #: smallest variance given to a reported noise, relative to f's units squared
 _MIN_YVAR = 1e-6
 
+#: c in the log warping −log(f + c), percentage points: keeps noise-level differences near
+#: f = 0 from being blown up
+LOG_OFFSET = 0.5
+
 
 class BoTorchGP(Optimizer):
     """GP + batch qLogNEI (see module docstring).  `num_restarts`/`raw_samples`/`mc_samples`
@@ -55,6 +68,7 @@ class BoTorchGP(Optimizer):
         n_initial: int | None = None,
         ei_threshold: float = DEFAULT_EI_THRESHOLD,
         noise_model: str = "fitted",
+        outcome: str = "log",
         num_restarts: int = 8,
         raw_samples: int = 256,
         mc_samples: int = 128,
@@ -64,13 +78,16 @@ class BoTorchGP(Optimizer):
         if noise_model not in ("fitted", "fixed"):
             raise InputError(f"noise_model must be 'fitted' or 'fixed', got {noise_model!r}")
         self.noise_model = noise_model
+        if outcome not in ("log", "raw"):
+            raise InputError(f"outcome must be 'log' or 'raw', got {outcome!r}")
+        self.outcome = outcome
         self.num_restarts = int(num_restarts)
         self.raw_samples = int(raw_samples)
         self.mc_samples = int(mc_samples)
         self._model: SingleTaskGP | None = None
 
     def options(self) -> dict[str, Any]:
-        return {"noise_model": self.noise_model, "num_restarts": self.num_restarts,
+        return {"noise_model": self.noise_model, "outcome": self.outcome, "num_restarts": self.num_restarts,
                 "raw_samples": self.raw_samples, "mc_samples": self.mc_samples}
 
     # -- model
@@ -89,8 +106,11 @@ class BoTorchGP(Optimizer):
         if self._model is not None:
             return self._model
         train_x = torch.tensor(np.array(self._x), dtype=_DTYPE)
-        train_y = -torch.tensor(self._y, dtype=_DTYPE).unsqueeze(-1)
-        noise = np.array(self._noise)
+        y = np.array(self._y, dtype=float)
+        noise = np.array(self._noise, dtype=float)
+        if self.outcome == "log":
+            y, noise = np.log(np.maximum(y, 0.0) + LOG_OFFSET), noise / (np.maximum(y, 0.0) + LOG_OFFSET)
+        train_y = -torch.tensor(y, dtype=_DTYPE).unsqueeze(-1)
         train_yvar = None
         if self.noise_model == "fixed" and np.all(np.isfinite(noise)):
             train_yvar = torch.tensor(np.maximum(noise**2, _MIN_YVAR), dtype=_DTYPE).unsqueeze(-1)
@@ -124,16 +144,19 @@ class BoTorchGP(Optimizer):
     def _posterior_mean(self, xs: np.ndarray) -> np.ndarray:
         model = self._fit()
         with torch.no_grad():
-            mean = model.posterior(torch.tensor(xs, dtype=_DTYPE)).mean
-        return -mean.squeeze(-1).numpy()
+            mean = -model.posterior(torch.tensor(xs, dtype=_DTYPE)).mean.squeeze(-1).numpy()
+        return np.exp(mean) - LOG_OFFSET if self.outcome == "log" else mean
 
     def _max_expected_improvement(self) -> float:
         """Analytic EI of one point against the best posterior mean among evaluated points
         (the plug-in incumbent for noisy observations), maximized over the cube."""
         model = self._fit()
-        best_f = float(-np.min(self._posterior_mean(np.array(self._x))))
+        incumbent = float(np.min(self._posterior_mean(np.array(self._x))))  # in f's units
+        best = math.log(max(incumbent, 0.0) + LOG_OFFSET) if self.outcome == "log" else incumbent
         with self._seeded(5):
-            _, value = optimize_acqf(LogExpectedImprovement(model, best_f=best_f),
+            _, value = optimize_acqf(LogExpectedImprovement(model, best_f=-best),
                                      bounds=self._unit_bounds(), q=1,
                                      num_restarts=self.num_restarts, raw_samples=self.raw_samples)
-        return math.exp(float(value))
+        ei = math.exp(float(value))
+        # a log-scale improvement δ lowers f + c by the factor e^−δ
+        return (max(incumbent, 0.0) + LOG_OFFSET) * -math.expm1(-ei) if self.outcome == "log" else ei

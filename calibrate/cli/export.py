@@ -1,0 +1,67 @@
+"""`calibrate export RUN_DIR`: the winning emulator, ready to use, and its fidelity report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export", help="export a calibration's emulator (Mahimahi, Pantheon, engine) and report",
+        description="Write the winning emulator of the calibration in RUN_DIR as a Mahimahi command "
+        "line with its trace files, Pantheon test.py arguments and a calibrate-link command, for "
+        "each link kind evaluated; emulator.json with the parameters, the per-scheme real vs "
+        "emulated table and provenance; the paper's Figure 3 and a convergence plot. Works on an "
+        "interrupted run too (the result is computed from the journal).")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                        help="the run directory of `calibrate run` / `calibrate resume`")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="export directory (default: RUN_DIR/export); paths in its command "
+                             "files are relative to it")
+    parser.add_argument("--json", action="store_true", help="print emulator.json instead of tables")
+    parser.set_defaults(func=_export)
+
+
+def _role(rel: str, winner: str) -> str:
+    from calibrate.calibration import LINK_KINDS
+    from calibrate.export import COMMAND_FILES, FILE_ROLES, TRACES
+
+    folder, _, name = rel.rpartition("/")
+    if folder == TRACES:
+        return "trace file"
+    if folder in LINK_KINDS:
+        return f"{folder} deliveries: {FILE_ROLES.get(name, '')}"
+    if name in COMMAND_FILES.values():
+        return f"winner ({winner}): {FILE_ROLES[name]}"
+    return FILE_ROLES.get(name, "")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from calibrate.cli.run import print_result
+    from calibrate.export import REPORT, load_run, write_export
+
+    run = load_run(args.run_dir)
+    out = write_export(run, args.out)
+    report = json.loads((out / REPORT).read_text())
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return 0
+    print_result(dict(run.result), run.run_dir, out)
+    console = Console(width=None if sys.stdout.isatty() else 100)
+    if not run.result_source == "result.json":
+        console.print(f"note: {run.result_source}", highlight=False)
+    table = Table(title=f"files written to {out}", title_justify="left")
+    table.add_column("file", no_wrap=True)
+    table.add_column("what")
+    for rel in report["files"]:
+        table.add_row(rel, _role(rel, report["winner"]))
+    console.print(table)
+    console.print(f"run the commands from {out} (their trace paths are relative to it)",
+                  highlight=False)
+    return 0

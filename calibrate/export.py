@@ -1,0 +1,436 @@
+"""Exporting a calibration: the winning emulator, ready to use, with its fidelity report.
+
+`export(RUN_DIR)` reads a run directory (`calibrate.calibration` defines its files) and writes
+RUN_DIR/export/ (or ``out``):
+
+- ``emulator.json``: per link kind (winner first, ``winner`` marks it) the incumbent emulator
+  (rate Mbit/s, one-way delay ms, DropTail packets, uplink loss, seed), f, its noise and noise
+  floor, the mean throughput/delay/loss errors, the per-scheme real-vs-emulated table, the
+  evaluations; the run's wall time; provenance (target, run settings, calibrate version, export
+  time); ``files``, every file of the export.
+- ``mahimahi.txt``, ``pantheon_args.txt``, ``engine.txt``: the winner as a Mahimahi command line,
+  as Pantheon ``test.py local`` arguments, and as this project's engine command
+  (``calibrate-link``; with no endpoints it opens a shell, like mm-link);
+  ``constant/`` and ``poisson/`` hold the same three files for each link kind that was evaluated.
+- ``traces/``: the trace files all of them use.  Trace paths in the command files are relative
+  to the export directory (``traces/NAME``): run them from there, or copy the directory along.
+- ``figure3.png`` / ``.svg``: the Pantheon paper's Figure 3 — per scheme, real (filled) and
+  emulated (open) at (p95 one-way delay, throughput), one panel per link kind.
+- ``convergence.png``: f per evaluation and the best so far, per link kind.
+
+Each file is rendered into a hidden staging directory beside ``out`` and only then renamed into
+place, so a failed export leaves nothing half-written, and a reader never sees a partial file.
+Files a previous export listed and this one does not write (traces of another rate) are removed.
+
+When result.json is missing (an interrupted run) or older than the journal (an interrupted
+resume), the result is computed again from the journal (`Calibration.result`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import shlex
+import shutil
+import tempfile
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from calibrate import binaries
+from calibrate.calibration import (FORMAT, JOURNAL, LINK_KINDS, RESULT, RUN_FILE, TARGET_FILE,
+                                   Calibration, jsonable, emulator_of, read_journal, write_atomic)
+from calibrate.emulator import EmulatorConfig
+from calibrate.errors import InputError
+from calibrate.jsonfile import read_json
+from calibrate.metrics import TOTAL
+from calibrate.target import Target
+
+EXPORT_DIR = "export"
+EXPORT_FORMAT = "calibrate-export"
+EXPORT_VERSION = 1
+REPORT = "emulator.json"
+TRACES = "traces"
+COMMAND_FILES = {"mahimahi": "mahimahi.txt", "pantheon_args": "pantheon_args.txt",
+                 "engine": "engine.txt"}
+FIGURE3 = ("figure3.png", "figure3.svg")
+CONVERGENCE = "convergence.png"
+#: what each file of an export is, by name (the CLI's listing)
+FILE_ROLES = {REPORT: "parameters, per-scheme real vs emulated, provenance",
+              "mahimahi.txt": "Mahimahi command line", "pantheon_args.txt": "Pantheon test.py local arguments",
+              "engine.txt": "calibrate-link command (a shell over the emulated path)",
+              FIGURE3[0]: "real vs emulated per scheme (paper Figure 3)", FIGURE3[1]: "the same, SVG",
+              CONVERGENCE: "f per evaluation, best so far"}
+LINK_COLORS = {"constant": "tab:blue", "poisson": "tab:orange"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a run directory
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    """A run directory as read for export: its settings, target, journal and result."""
+
+    run_dir: Path
+    meta: Mapping[str, Any]  # run.json
+    target: Target
+    records: Sequence[Mapping[str, Any]]  # the journal, in order
+    result: Mapping[str, Any]  # result.json's content (`Calibration.result`)
+    result_source: str  # "result.json", or why it was computed again
+
+
+_RECORD_KEYS = ("link", "candidate", "f", "params", "seed", "schemes")
+
+
+def _check_record(record: Any, number: int, path: Path) -> None:
+    where = f"{path}: evaluation {number}"
+    if not isinstance(record, dict) or any(k not in record for k in _RECORD_KEYS):
+        raise InputError(f"{where} lacks some of {', '.join(_RECORD_KEYS)}; this is not a "
+                         f"journal written by `calibrate run`")
+    if record["link"] not in LINK_KINDS or not isinstance(record["f"], (int, float)):
+        raise InputError(f"{where}: link kind {record['link']!r} or f {record['f']!r} is not "
+                         f"valid; the journal is damaged")
+
+
+def load_run(run_dir: Path | str) -> CalibrationRun:
+    """Read RUN_DIR, with errors that say what is wrong and what to do."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise InputError(f"{run_dir}: no such run directory; give the RUN_DIR that `calibrate run "
+                         f"--out` wrote (default runs/<target>-<time>)")
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir} is a file, not a calibration run directory")
+    if not (run_dir / RUN_FILE).exists():
+        raise InputError(f"{run_dir} is not a calibration run directory (no {RUN_FILE}); "
+                         f"start one with `calibrate run TARGET --out {run_dir}`")
+    meta = read_json(run_dir / RUN_FILE, what="run settings")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
+        raise InputError(f"{run_dir / RUN_FILE} is not the settings file of a calibration run")
+    target = Target.from_json(read_json(run_dir / TARGET_FILE, what="target"),
+                              str(run_dir / TARGET_FILE))
+    journal = run_dir / JOURNAL
+    try:
+        records = read_journal(journal)
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{journal}: cannot read the journal ({getattr(error, 'strerror', None) or error}); "
+                         f"check the file's permissions") from None
+    if not records:
+        raise InputError(f"{run_dir}: nothing evaluated yet ({JOURNAL} has no finished "
+                         f"evaluation); let the calibration run (`calibrate resume {run_dir}`) "
+                         f"and export once it has journaled evaluations")
+    for number, record in enumerate(records, start=1):
+        _check_record(record, number, journal)
+    result, source = None, RESULT
+    if (run_dir / RESULT).exists():
+        result = read_json(run_dir / RESULT, what="calibration result")
+        if not isinstance(result, dict) or result.get("evaluations") != len(records):
+            result, source = None, f"{RESULT} is older than the journal; computed from the journal"
+    else:
+        source = f"no {RESULT} (interrupted run); computed from the journal"
+    if result is None:
+        try:
+            result = jsonable(Calibration.open(run_dir).result())
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{run_dir / RUN_FILE} is malformed ({type(error).__name__}: "
+                             f"{error}); it was not written by this calibrate") from None
+    if not result.get("winner") or result["winner"] not in result.get("links", {}):
+        raise InputError(f"{run_dir}: no link kind has a scored evaluation; nothing to export")
+    return CalibrationRun(run_dir, meta, target, records, result, source)
+
+
+# ----------------------------------------------------------------------------------------------
+# The emulator in its three spellings
+
+
+def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict[str, str]:
+    """Write ``config``'s traces into root/traces and its command files into root/folder; return
+    {kind: path relative to root} for the three command files and the traces.  Commands name
+    the traces relative to ``root``."""
+    up, down = config.trace_paths(root / TRACES)
+    rel_up, rel_down = (f"{TRACES}/{p.name}" for p in (up, down))
+    # the same path with the traces given as files, so engine_args names them as written here
+    as_files = replace(config, uplink_trace=Path(rel_up), downlink_trace=Path(rel_down))
+    texts = {
+        "mahimahi": config.mahimahi_command(rel_up, rel_down),
+        "pantheon_args": shlex.join(config.pantheon_args(rel_up, rel_down)),
+        "engine": shlex.join([binaries.LINK, *as_files.engine_args(root)]),
+    }
+    files: dict[str, str] = {}
+    for kind, text in texts.items():
+        rel = f"{folder}/{COMMAND_FILES[kind]}" if folder else COMMAND_FILES[kind]
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+        files[kind] = rel
+    files["traces"] = sorted({rel_up, rel_down})  # type: ignore[assignment]
+    return files
+
+
+def _emulator_json(config: EmulatorConfig) -> dict[str, Any]:
+    return {"link": config.link, "rate_mbps": config.rate_mbps, "delay_ms": config.delay_ms,
+            "queue": config.queue.kind, "queue_packets": config.queue.packets,
+            "uplink_loss": config.uplink_loss, "seed": config.seed,
+            "description": config.describe()}
+
+
+# ----------------------------------------------------------------------------------------------
+# The report (emulator.json)
+
+
+def _stats(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if values is None:
+        return None
+    return {"tput_mbps": values.get("tput"), "delay_p95_ms": values.get("delay"),
+            "loss": values.get("loss")}
+
+
+def _scheme_rows(rows: Sequence[Mapping[str, Any]], ours: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [{"scheme": r["scheme"], "flow": r.get("flow", TOTAL), "ran_as": ours.get(r["scheme"]),
+             "real": _stats(r["real"]), "emulated": _stats(r.get("emulated")),
+             "error_pct": r["error_pct"], "replicates": r.get("replicates"),
+             "failures": r.get("failures", [])} for r in rows]
+
+
+def _version() -> str | None:
+    try:
+        return importlib.metadata.version("calibrate")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
+                 files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """emulator.json's content.  ``emulators``/``files``: per link kind with an incumbent, its
+    emulator and `emulator_files`' answer (``files[""]`` is the winner's top-level copy)."""
+    result, meta = run.result, run.meta
+    winner = result["winner"]
+    ours = meta.get("schemes", {})
+    links: dict[str, Any] = {}
+    for link in [winner, *(l for l in result["links"] if l != winner)]:
+        v = result["links"][link]
+        entry: dict[str, Any] = {"winner": link == winner,
+                                 "evaluations": sum(r["link"] == link for r in run.records),
+                                 "stopped": v.get("stopped")}
+        if link in emulators:
+            record = next((r for r in run.records if r["candidate"] == v["candidate"]), {})
+            entry.update({
+                "candidate": v["candidate"], "emulator": _emulator_json(emulators[link]),
+                "f": v["f"], "noise": v.get("noise"), "floor": v.get("floor"),
+                "model_mean": v.get("model_mean"), "best_observed_f": v.get("best_observed_f"),
+                "errors_pct": v["errors_pct"], "loss_error_pct": v["errors_pct"].get("loss"),
+                "loss_seeds": record.get("loss_seeds"),
+                "schemes": _scheme_rows(v["schemes"], ours), "files": dict(files[link])})
+        links[link] = entry
+    best = links[winner]
+    return {
+        "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+        "target": run.target.name or run.target.provenance.source,
+        "winner": winner,
+        "emulator": {**best["emulator"], "f": best["f"], "noise": best["noise"],
+                     "files": dict(files[""])},
+        "links": links,
+        "evaluations": len(run.records),
+        "wall_s": result.get("wall_s"),
+        "dropped": result.get("dropped", meta.get("dropped", {})),
+        "units": {"f, noise, floor, errors_pct, error_pct": "percent",
+                  "loss, uplink_loss": "fraction", "paths": "relative to this directory"},
+        "provenance": {
+            "target": {"name": run.target.name, "workload": run.target.workload.to_json(),
+                       "provenance": run.target.provenance.to_json()},
+            "run": {"run_dir": str(run.run_dir.resolve()), "created": meta.get("created"),
+                    "settings": meta.get("config"), "space": meta.get("space"),
+                    "warm_start": meta.get("warm_start"), "schemes": ours,
+                    "workload": meta.get("workload"), "seeds": meta.get("seeds"),
+                    "result": run.result_source},
+            "calibrate_version": _version(),
+            "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _f_text(entry: Mapping[str, Any]) -> str:
+    noise = entry.get("noise")
+    return f"f = {entry['f']:.1f} %" + ("" if noise is None else f" ± {noise:.1f}")
+
+
+def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
+    """The Pantheon paper's Figure 3 from a report: per scheme a filled dot at the real (p95
+    one-way delay, throughput), an open one at the emulated, joined by a line; one panel per
+    link kind with an incumbent."""
+    from calibrate.summary_plot import delay_axis, scheme_style
+
+    panels = [(l, e) for l, e in report["links"].items() if "schemes" in e]
+    fig = _figure(6.5 * len(panels), 5.5)
+    for i, (link, entry) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        delays: list[float] = []
+        for index, row in enumerate(entry["schemes"]):
+            color, _ = scheme_style(row["ran_as"] or row["scheme"], index)
+            real, emu = row["real"], row["emulated"] or {}
+            name = row["scheme"] if row["flow"] == TOTAL else f"{row['scheme']} #{row['flow']}"
+            x, y = real["delay_p95_ms"], real["tput_mbps"]
+            ax.scatter([x], [y], s=55, color=color, edgecolors="black", linewidths=0.5, zorder=3)
+            delays.append(x)
+            ex, ey = emu.get("delay_p95_ms"), emu.get("tput_mbps")
+            if ex is not None and ey is not None:
+                ax.plot([x, ex], [y, ey], color=color, linewidth=1.0, alpha=0.8)
+                ax.scatter([ex], [ey], s=55, facecolors="white", edgecolors=color,
+                           linewidths=1.5, zorder=3)
+                delays.append(ex)
+            else:
+                name += " (no emulated run)"
+            ax.annotate(name, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+        delay_axis(ax, delays)
+        ax.grid(True, which="both", alpha=0.3)
+        mark = ", winner" if entry["winner"] else ""
+        ax.set_title(f"{link} deliveries{mark}: {_f_text(entry)}\n"
+                     f"{entry['emulator']['description']}", fontsize=9)
+    ax = fig.axes[0]
+    ax.scatter([], [], s=55, color="gray", edgecolors="black", linewidths=0.5, label="real")
+    ax.scatter([], [], s=55, facecolors="white", edgecolors="gray", linewidths=1.5, label="emulated")
+    ax.legend(fontsize=8, loc="lower left")
+    prov = report["provenance"]["target"]["provenance"]
+    title = " · ".join(p for p in (report["target"], prov.get("path_description")) if p)
+    fig.suptitle(textwrap.shorten(title, width=60 * len(fig.axes), placeholder=" …"), fontsize=11)
+    fig.tight_layout()
+    for out in outs:
+        fig.savefig(out, dpi=150)
+
+
+def plot_convergence(records: Sequence[Mapping[str, Any]], out: Path,
+                     incumbents: Mapping[str, int] | None = None) -> None:
+    """f against the evaluation number of each link kind: observations (with their noise as
+    error bars), the best so far as a step line, the incumbent starred."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    fig = _figure(8, 5)
+    ax = fig.add_subplot(1, 1, 1)
+    values = []
+    for link in LINK_KINDS:
+        mine = [r for r in records if r["link"] == link]
+        if not mine:
+            continue
+        color = LINK_COLORS[link]
+        n = list(range(1, len(mine) + 1))
+        f = [float(r["f"]) for r in mine]
+        noise = [r.get("noise") or 0.0 for r in mine]
+        values += f
+        ax.errorbar(n, f, yerr=noise if any(noise) else None, fmt="o", markersize=4,
+                    color=color, alpha=0.6, elinewidth=0.8, capsize=2, label=f"{link}: f")
+        best = [min(f[: i + 1]) for i in range(len(f))]
+        ax.step(n, best, where="post", color=color, linewidth=1.5, label=f"{link}: best so far")
+        chosen = (incumbents or {}).get(link)
+        for i, r in enumerate(mine):
+            if r["candidate"] == chosen:
+                ax.scatter([n[i]], [f[i]], marker="*", s=160, color=color, edgecolors="black",
+                           zorder=4, label=f"{link}: chosen")
+    positive = [v for v in values if v > 0]
+    if positive and len(positive) == len(values) and max(positive) / min(positive) > 10:
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("evaluation (per link kind)")
+    ax.set_ylabel("replication error f (%)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=150)
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+def _listed(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def _previous_files(out: Path) -> set[str]:
+    """Files the previous export here listed (empty when there is none, or it is unreadable)."""
+    try:
+        old = read_json(out / REPORT, what="previous export")
+    except InputError:
+        return set()
+    if not isinstance(old, dict) or old.get("format") != EXPORT_FORMAT:
+        return set()
+    return {f for f in old.get("files", []) if isinstance(f, str)}
+
+
+def _publish(staging: Path, out: Path) -> list[str]:
+    """Rename every staged file into ``out`` (the report last); remove what only the previous
+    export had."""
+    files = _listed(staging)
+    stale = _previous_files(out) - set(files)
+    for rel in sorted(files, key=lambda f: f == REPORT):
+        src, dst = staging / rel, out / rel
+        with open(src, "rb") as f:
+            os.fsync(f.fileno())
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+    root = out.resolve()
+    for rel in stale:
+        path = (out / rel).resolve()
+        if root in path.parents and path.is_file():
+            path.unlink()
+            for parent in path.relative_to(root).parents:  # folders it leaves empty
+                if str(parent) != "." and not any((root / parent).iterdir()):
+                    (root / parent).rmdir()
+    return files
+
+
+def write_export(run: CalibrationRun, out: Path | str | None = None) -> Path:
+    """Write the export of ``run`` into ``out`` (default RUN_DIR/export); return it."""
+    out = Path(out) if out is not None else run.run_dir / EXPORT_DIR
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} is a file; choose another --out for the export")
+    result = run.result
+    emulators = {link: emulator_of(v["params"], link, int(v["seed"]))
+                 for link, v in result["links"].items() if "params" in v}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", suffix=".tmp", dir=out.parent))
+    except OSError as error:
+        raise InputError(f"cannot create the export directory {out} ({error.strerror or error}); "
+                         f"choose another --out") from None
+    try:
+        files: dict[str, Any] = {link: emulator_files(config, staging, link)
+                                 for link, config in emulators.items()}
+        files[""] = emulator_files(emulators[result["winner"]], staging)
+        report = build_report(run, emulators, files)
+        plot_figure3(report, [staging / name for name in FIGURE3])
+        plot_convergence(run.records, staging / CONVERGENCE,
+                         {l: v["candidate"] for l, v in result["links"].items() if "candidate" in v})
+        report["files"] = sorted([*_listed(staging), REPORT])
+        write_atomic(staging / REPORT, jsonable(report))
+        out.mkdir(exist_ok=True)
+        _publish(staging, out)
+    except OSError as error:
+        raise InputError(f"cannot write the export to {out} ({error.strerror or error}); "
+                         f"choose another --out") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def export(run_dir: Path | str, out: Path | str | None = None) -> Path:
+    """Export the calibration in ``run_dir`` (module docstring) and return the directory."""
+    return write_export(load_run(run_dir), out)
+
