@@ -126,7 +126,8 @@ def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(synthetic_target
             time.sleep(0.2)
         time.sleep(1.0)  # the next candidates' runs are under way
     finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the driver and everything it started
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)  # the driver and everything it started
         process.wait()
     before = read_journal(journal)
     assert 2 <= len(before) < 6 and not (run_dir / RESULT).exists()

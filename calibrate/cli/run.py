@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calibrate.cli.schemes import add_pantheon_options
 from calibrate.cli.target import TARGET_HELP, _load, _source_options
 from calibrate.errors import EnvironmentProblem, InputError
 from calibrate.space import PARAMETERS
@@ -56,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="override a parameter's search bounds, e.g. --bound queue=10:400; repeatable")
     run.add_argument("--out", type=Path, metavar="RUN_DIR",
                      help="run directory (default: runs/<target>-<UTC time>)")
+    add_pantheon_options(run)
     _ray_options(run)
     _source_options(run)
     run.set_defaults(func=_run)
@@ -286,7 +288,9 @@ def _run(args: argparse.Namespace) -> int:
                        links=links, seed=args.seed, time_limit_s=args.time_limit,
                        aggregate=args.aggregate, include_loss=args.include_loss,
                        n_initial=args.n_initial, fixed=parse_fixed(args.fix),
-                       bounds=parse_bounds(args.bound))
+                       bounds=parse_bounds(args.bound),
+                       pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
+                       pantheon_python=args.pantheon_python)
     target = _load(args)
     run_dir = args.out or default_run_dir(args.target)
     return _calibrate(Calibration.start(run_dir, config, target), args)
