@@ -171,3 +171,31 @@ def test_run_refuses_bad_input_with_one_line(tmp_path):
     done = _calibrate("run", "nepal", "--out", str(existing), check=False, timeout=60)
     assert done.returncode != 0 and "calibrate resume" in done.stderr
     assert (existing / "run.json").read_text() == "{}"
+
+
+def test_a_worker_killed_mid_run_is_retried_by_ray(synthetic_target, tmp_path):
+    before_ns = _namespaces()
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [*CALIBRATE, "run", str(synthetic_target), "--links", "constant", "--schemes",
+         "udp-vegas,udp-saturator", "--budget", "2", "--runtime", "3", "--replicates", "1",
+         "--optimizer", "random", "--out", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and process.poll() is None:
+        ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        workers = [int(line.split()[0]) for line in ps.splitlines() if "ray::calibrate-c" in line]
+        if workers:
+            time.sleep(1.0)  # its engine and endpoints are running
+            os.kill(workers[0], signal.SIGKILL)
+            killed = workers[0]
+        time.sleep(0.1)
+    output = process.communicate(timeout=300)[0].decode()
+    assert killed is not None, "no Ray task was seen running"
+    assert process.returncode == 0, output
+    records = read_journal(run_dir / JOURNAL)
+    assert len(records) == 2
+    for record in records:  # every run completed, none penalized: the killed task ran again
+        assert not record["penalized"] and all(r["reason"] is None for r in record["runs"])
+    _wait_clean(before_ns)
