@@ -199,3 +199,45 @@ def test_a_worker_killed_mid_run_is_retried_by_ray(synthetic_target, tmp_path):
     for record in records:  # every run completed, none penalized: the killed task ran again
         assert not record["penalized"] and all(r["reason"] is None for r in record["runs"])
     _wait_clean(before_ns)
+
+
+def _ray(*args: str) -> subprocess.CompletedProcess:
+    ray = Path(sys.executable).with_name("ray")
+    return subprocess.run([str(ray), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def ray_cluster(monkeypatch):
+    """A real Ray head on this host (what `ray start` on a cluster's head node does), stopped after.
+    Token auth is off for it: Ray 2.60's CLI and a driver joining by address did not agree on the
+    token of a `ray start` head here (InvalidAuthToken), which is Ray's business, not ours."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    port = "6391"
+    yield lambda resources: _ray("start", "--head", f"--port={port}", "--num-cpus=2",
+                                 f"--resources={json.dumps(resources)}", "--include-dashboard=false",
+                                 "--object-store-memory=100000000", "--disable-usage-stats"), f"127.0.0.1:{port}"
+    _ray("stop", "--force")
+
+
+def test_run_joins_an_existing_cluster_by_address(synthetic_target, tmp_path, ray_cluster):
+    start, address = ray_cluster
+    started = start({"emulator_slot": 2})
+    assert started.returncode == 0, started.stderr
+    run_dir = tmp_path / "run"
+    done = _calibrate("run", str(synthetic_target), "--links", "constant", "--schemes", "udp-vegas",
+                      "--budget", "1", "--runtime", "3", "--replicates", "1", "--address", address,
+                      "--out", str(run_dir), "--quiet")
+    assert "2 emulator slots" in done.stderr  # the cluster's, not an embedded Ray's 4 per core
+    assert len(read_journal(run_dir / JOURNAL)) == 1
+    # The cluster is still up after the run (joined, not started: only disconnected from).
+    assert _ray("status", f"--address={address}").returncode == 0
+
+
+def test_a_cluster_without_emulator_slots_is_refused_clearly(synthetic_target, tmp_path, ray_cluster):
+    start, address = ray_cluster
+    assert start({}).returncode == 0
+    done = _calibrate("run", str(synthetic_target), "--budget", "1", "--address", address,
+                      "--out", str(tmp_path / "run"), "--quiet", check=False)
+    assert done.returncode != 0
+    assert "emulator_slot" in done.stderr and "ray start --resources" in done.stderr
+    assert not (tmp_path / "run" / JOURNAL).exists()
