@@ -119,6 +119,23 @@ def _write_member(tmp: Path, rel: str, chunks, archive: Path, declared: int,
     return written
 
 
+def _member_path(archive: Path, name: str) -> str:
+    """The member's safe relative path; an absolute or climbing one rejects the archive."""
+    rel = safe_member_path(name)
+    if rel is None:
+        raise _reject(archive, name, "has an absolute path or a '..' component")
+    return rel
+
+
+def _add_size(archive: Path, name: str, total: int, size: int, limits: Limits) -> int:
+    """Bytes so far plus this member's; past the limit rejects the archive (a zip bomb)."""
+    total += size
+    if total > limits.max_bytes:
+        raise _reject(archive, name, f"takes the archive past the size limit of "
+                                     f"{limits.max_bytes} bytes")
+    return total
+
+
 def _iter_chunks(fileobj):
     while chunk := fileobj.read(_CHUNK):
         yield chunk
@@ -137,10 +154,7 @@ def _extract_tar(archive: Path, tmp: Path, want, limits: Limits):
                 if count > limits.max_members:
                     raise _reject(archive, member.name, f"is past the limit of "
                                                         f"{limits.max_members} members")
-                rel = safe_member_path(member.name)
-                if rel is None:
-                    raise _reject(archive, member.name, "has an absolute path or a '..' "
-                                                        "component")
+                rel = _member_path(archive, member.name)
                 if member.issym() or member.islnk():
                     if _link_escapes(rel, member.linkname, relative_to_member=member.issym()):
                         raise _reject(archive, member.name, f"is a link to {member.linkname!r}, "
@@ -152,10 +166,7 @@ def _extract_tar(archive: Path, tmp: Path, want, limits: Limits):
                 if not member.isreg():
                     raise _reject(archive, member.name, "is a device file, FIFO or other special "
                                                         "file")
-                total += member.size
-                if total > limits.max_bytes:
-                    raise _reject(archive, member.name, f"takes the archive past the size limit "
-                                                        f"of {limits.max_bytes} bytes")
+                total = _add_size(archive, member.name, total, member.size, limits)
                 if rel and (want is None or want(rel)):
                     src = tar.extractfile(member)
                     assert src is not None
@@ -181,14 +192,8 @@ def _extract_zip(archive: Path, tmp: Path, want, limits: Limits):
                 raise _reject(archive, infos[limits.max_members].filename,
                               f"is past the limit of {limits.max_members} members")
             for info in infos:  # check every header before writing anything
-                rel = safe_member_path(info.filename)
-                if rel is None:
-                    raise _reject(archive, info.filename, "has an absolute path or a '..' "
-                                                          "component")
-                total += info.file_size
-                if total > limits.max_bytes:
-                    raise _reject(archive, info.filename, f"takes the archive past the size "
-                                                          f"limit of {limits.max_bytes} bytes")
+                rel = _member_path(archive, info.filename)
+                total = _add_size(archive, info.filename, total, info.file_size, limits)
                 mode = info.external_attr >> 16
                 if stat.S_ISLNK(mode):
                     target = zf.read(info)[:4096].decode("utf-8", "replace")

@@ -63,6 +63,13 @@ def _as_point(x: ArrayLike, dim: int, what: str) -> np.ndarray:
     return np.clip(p, 0.0, 1.0)
 
 
+def choice(option: str, value: str, allowed: tuple[str, str]) -> str:
+    """An optimizer option that takes one of two words, checked with one message."""
+    if value not in allowed:
+        raise InputError(f"{option} must be {allowed[0]!r} or {allowed[1]!r}, got {value!r}")
+    return value
+
+
 def find_point(x: np.ndarray, points: Sequence[np.ndarray]) -> int:
     for i, p in enumerate(points):
         if np.max(np.abs(p - x)) <= SAME_POINT:

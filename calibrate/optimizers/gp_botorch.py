@@ -40,8 +40,7 @@ from botorch.optim import optimize_acqf
 from botorch.sampling.normal import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from calibrate.errors import InputError
-from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, stream_seed
+from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, choice, stream_seed
 
 _DTYPE = torch.float64  # GP linear algebra in single precision is fragile at these sizes
 
@@ -75,12 +74,8 @@ class BoTorchGP(Optimizer):
     ) -> None:
         super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial,
                          ei_threshold=ei_threshold)
-        if noise_model not in ("fitted", "fixed"):
-            raise InputError(f"noise_model must be 'fitted' or 'fixed', got {noise_model!r}")
-        self.noise_model = noise_model
-        if outcome not in ("log", "raw"):
-            raise InputError(f"outcome must be 'log' or 'raw', got {outcome!r}")
-        self.outcome = outcome
+        self.noise_model = choice("noise_model", noise_model, ("fitted", "fixed"))
+        self.outcome = choice("outcome", outcome, ("log", "raw"))
         self.num_restarts = int(num_restarts)
         self.raw_samples = int(raw_samples)
         self.mc_samples = int(mc_samples)

@@ -23,8 +23,7 @@ from skopt.acquisition import gaussian_ei
 from skopt.space import Real
 from skopt.utils import cook_estimator
 
-from calibrate.errors import InputError
-from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, sobol, stream_seed
+from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, choice, sobol, stream_seed
 
 
 class SkoptGP(Optimizer):
@@ -47,9 +46,7 @@ class SkoptGP(Optimizer):
     ) -> None:
         super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial,
                          ei_threshold=ei_threshold)
-        if acq_optimizer not in ("lbfgs", "sampling"):
-            raise InputError(f"acq_optimizer must be 'lbfgs' or 'sampling', got {acq_optimizer!r}")
-        self.acq_optimizer = acq_optimizer
+        self.acq_optimizer = choice("acq_optimizer", acq_optimizer, ("lbfgs", "sampling"))
         self.n_points = int(n_points)
         self.n_restarts = int(n_restarts)
         self.xi = float(xi)

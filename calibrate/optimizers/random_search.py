@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.errors import InputError
-from calibrate.optimizers.base import Optimizer, find_point, stream_seed
+from calibrate.optimizers.base import Optimizer, choice, find_point, stream_seed
 
 
 class RandomSearch(Optimizer):
@@ -32,9 +31,7 @@ class RandomSearch(Optimizer):
         **_ignored: Any,  # n_initial, ei_threshold: meaningless without a model
     ) -> None:
         super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=0)
-        if sequence not in ("sobol", "uniform"):
-            raise InputError(f"sequence must be 'sobol' or 'uniform', got {sequence!r}")
-        self.sequence = sequence
+        self.sequence = choice("sequence", sequence, ("sobol", "uniform"))
 
     def options(self) -> dict[str, Any]:
         return {"sequence": self.sequence}
