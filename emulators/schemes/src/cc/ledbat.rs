@@ -158,8 +158,7 @@ impl Controller for Ledbat {
     }
 
     fn pacing_rate(&self, srtt: Duration) -> f64 {
-        let gain = if self.slow_start { 2.0 } else { 1.2 };
-        window_pacing_rate(self.cwnd(), srtt, gain)
+        window_pacing_rate(self.cwnd(), srtt, self.slow_start)
     }
 }
 

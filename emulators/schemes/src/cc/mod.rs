@@ -70,10 +70,16 @@ pub trait Controller: Send {
     fn pacing_rate(&self, srtt: Duration) -> f64;
 }
 
-/// Pacing for window-based controllers: spread the window over one smoothed RTT, times
-/// a gain above 1 so the pacer never becomes the bottleneck (the window is the limit;
-/// pacing only removes the line-rate bursts a host would otherwise put into the queue).
-pub fn window_pacing_rate(cwnd_bytes: u64, srtt: Duration, gain: f64) -> f64 {
+/// Pacing gain of a window-based controller in slow start, and afterwards: Linux's
+/// internal TCP pacing ratios (net.ipv4.tcp_pacing_ss_ratio = 200 %, tcp_pacing_ca_ratio = 120 %).
+pub const PACING_GAIN_SLOW_START: f64 = 2.0;
+pub const PACING_GAIN: f64 = 1.2;
+
+/// Pacing for window-based (ACK-clocked) controllers: spread the window over one smoothed
+/// RTT, times a gain above 1 so the pacer never becomes the bottleneck (the window is the
+/// limit; pacing only removes the line-rate bursts a host would otherwise put into the queue).
+pub fn window_pacing_rate(cwnd_bytes: u64, srtt: Duration, slow_start: bool) -> f64 {
+    let gain = if slow_start { PACING_GAIN_SLOW_START } else { PACING_GAIN };
     let secs = srtt.as_secs_f64().max(1e-4);
     gain * cwnd_bytes as f64 / secs
 }
@@ -158,7 +164,9 @@ mod tests {
 
     #[test]
     fn window_pacing_spreads_cwnd_over_srtt() {
-        let r = window_pacing_rate(15_000, ms(100), 1.0);
-        assert!((r - 150_000.0).abs() < 1e-6);
+        let r = window_pacing_rate(15_000, ms(100), false);
+        assert!((r - 1.2 * 150_000.0).abs() < 1e-6);
+        let r = window_pacing_rate(15_000, ms(100), true);
+        assert!((r - 2.0 * 150_000.0).abs() < 1e-6);
     }
 }

@@ -161,10 +161,7 @@ impl Controller for Vegas {
     }
 
     fn pacing_rate(&self, srtt: Duration) -> f64 {
-        // Vegas is ACK-clocked; pacing at 2x (slow start) or 1.2x (afterwards) the window
-        // per RTT only smooths bursts, as Linux's internal pacing does for TCP.
-        let gain = if self.slow_start { 2.0 } else { 1.2 };
-        window_pacing_rate(self.cwnd(), srtt, gain)
+        window_pacing_rate(self.cwnd(), srtt, self.slow_start)
     }
 }
 
