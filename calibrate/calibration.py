@@ -242,6 +242,44 @@ def emulator_of(values: Mapping[str, float], link: str, seed: int) -> EmulatorCo
 # The journal
 
 
+def tasks_of(problem: Problem, config: RunConfig, candidate: int,
+             emulator: EmulatorConfig) -> list[RunTask]:
+    """Every (scheme, replicate) run of one candidate emulator."""
+    return [RunTask(candidate, label, problem.schemes[label], replicate, emulator, problem.workload)
+            for label in problem.sharing()
+            for replicate in range(1, config.replicates + 1)]
+
+
+def score_runs(problem: Problem, config: RunConfig, results: Sequence[RunMetrics]) -> ReplicationError:
+    """f and its table from one candidate's runs."""
+    emulated: dict[Any, list] = {}
+    sharing = problem.sharing()
+    for m in sorted(results, key=lambda m: (m.label, m.replicate)):
+        for label in sharing[m.label]:
+            for flow in problem.flow_keys():
+                emulated.setdefault(problem.key(label, flow), []).append(m.replicate_of(flow))
+    return replication_error(problem.real, emulated, aggregate=config.aggregate,  # type: ignore[arg-type]
+                             include_loss=config.include_loss)
+
+
+def score_emulator(problem: Problem, config: RunConfig, evaluator: Evaluator,
+                   emulator: EmulatorConfig,
+                   on_run: Callable[[RunMetrics, int, int], None] | None = None) -> ReplicationError:
+    """Run every scheme `config.replicates` times over one emulator on Ray and score it
+    (`calibrate score`, the floor of a synthetic target).  `on_run(metrics, done, total)` after
+    each run."""
+    pending = {evaluator.submit(t): t for t in tasks_of(problem, config, -1, emulator)}
+    total = len(pending)
+    results: list[RunMetrics] = []
+    while pending:
+        for ref, metrics in evaluator.wait(list(pending), timeout=None):
+            task = pending.pop(ref)
+            results.append(metrics if metrics is not None else lost(task))
+            if on_run:
+                on_run(results[-1], len(results), total)
+    return score_runs(problem, config, results)
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -413,7 +451,10 @@ class Calibration:
         return cls._build(run_dir, config, target, problem, [])
 
     @classmethod
-    def open(cls, run_dir: Path | str) -> "Calibration":
+    def open(cls, run_dir: Path | str, *, read_only: bool = False) -> "Calibration":
+        """Reopen a run directory to continue it; a journal line torn by a crash is cut off.
+        `read_only` (export, inspection) leaves the files as they are: the run may still be
+        writing its last line."""
         run_dir = Path(run_dir)
         if not (run_dir / RUN_FILE).exists():
             raise InputError(f"{run_dir} is not a calibration run directory (no {RUN_FILE}); "
@@ -429,7 +470,7 @@ class Calibration:
             raise InputError(f"the search space derived again from {run_dir / TARGET_FILE} differs "
                              f"from the one in {run_dir / RUN_FILE}; this calibrate version "
                              f"cannot resume that run")
-        records = read_journal(run_dir / JOURNAL, repair=True)
+        records = read_journal(run_dir / JOURNAL, repair=not read_only)
         return cls._build(run_dir, config, target, problem, records)
 
     @classmethod
@@ -475,34 +516,17 @@ class Calibration:
         return candidate
 
     def tasks(self, candidate: int, emulator: EmulatorConfig) -> list[RunTask]:
-        """Every (scheme, replicate) run of one candidate emulator."""
-        return [RunTask(candidate, label, self.problem.schemes[label], replicate, emulator,
-                        self.problem.workload)
-                for label in self.problem.sharing()
-                for replicate in range(1, self.config.replicates + 1)]
+        return tasks_of(self.problem, self.config, candidate, emulator)
 
     def score(self, results: Sequence[RunMetrics]) -> ReplicationError:
-        """f and its table from one candidate's runs."""
-        emulated: dict[Any, list] = {}
-        sharing = self.problem.sharing()
-        for m in sorted(results, key=lambda m: (m.label, m.replicate)):
-            for label in sharing[m.label]:
-                for flow in self.problem.flow_keys():
-                    emulated.setdefault(self.problem.key(label, flow), []).append(m.replicate_of(flow))
-        return replication_error(self.problem.real, emulated, aggregate=self.config.aggregate,  # type: ignore[arg-type]
-                                 include_loss=self.config.include_loss)
+        return score_runs(self.problem, self.config, results)
 
     def evaluate(self, evaluator: Evaluator, values: Mapping[str, float], link: str) -> ReplicationError:
-        """Score one given emulator now, outside the search (not journaled, no optimizer told):
-        e.g. the known true emulator of a synthetic target, whose f is the measured noise floor."""
-        emulator = emulator_of(values, link, emulator_seed(self.config.seed, link))
-        pending = {evaluator.submit(t): t for t in self.tasks(-1, emulator)}
-        results = []
-        while pending:
-            for ref, metrics in evaluator.wait(list(pending), timeout=None):
-                task = pending.pop(ref)
-                results.append(metrics if metrics is not None else lost(task))
-        return self.score(results)
+        """Score one given point now, outside the search (not journaled, no optimizer told),
+        with the search's seeds: e.g. the known true emulator of a synthetic target, whose f
+        is the measured noise floor."""
+        return score_emulator(self.problem, self.config, evaluator,
+                              emulator_of(values, link, emulator_seed(self.config.seed, link)))
 
     def _finish(self, candidate: Candidate, search: Search, session_start: float) -> None:
         """Score a finished candidate, tell the optimizer, journal it (fsync) — in that order,

@@ -133,7 +133,7 @@ def load_run(run_dir: Path | str) -> CalibrationRun:
         source = f"no {RESULT} (interrupted run); computed from the journal"
     if result is None:
         try:
-            result = jsonable(Calibration.open(run_dir).result())
+            result = jsonable(Calibration.open(run_dir, read_only=True).result())
         except (KeyError, TypeError, ValueError) as error:
             raise InputError(f"{run_dir / RUN_FILE} is malformed ({type(error).__name__}: "
                              f"{error}); it was not written by this calibrate") from None

@@ -191,6 +191,20 @@ def test_missing_result_is_computed_from_the_journal(tmp_path, exported):
     assert report["links"]["constant"]["f"] == with_result["links"]["constant"]["f"]
 
 
+def test_export_of_a_run_still_writing_leaves_its_journal_alone(tmp_path, exported):
+    """A run that is writing its next journal line (no newline yet) exports what is finished,
+    and the half-written line is still there for the run to complete."""
+    _, _, with_result = exported
+    run_dir = make_run(tmp_path, result=False)
+    journal = run_dir / JOURNAL
+    with open(journal, "a") as f:
+        f.write('{"index": 4, "link": "const')
+    before = journal.read_bytes()
+    report = json.loads((export(run_dir) / "emulator.json").read_text())
+    assert journal.read_bytes() == before
+    assert report["evaluations"] == with_result["evaluations"]
+
+
 def test_a_single_link_kind_and_reexport_replace_old_files(tmp_path):
     run_dir = make_run(tmp_path, [CANDIDATES[0], RUNNER_UP], result=False)
     out = export(run_dir)

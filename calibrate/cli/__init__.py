@@ -14,7 +14,7 @@ import sys
 from calibrate.errors import CalibrateError
 
 COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate",
-            "calibrate.cli.run", "calibrate.cli.export"]
+            "calibrate.cli.run", "calibrate.cli.score", "calibrate.cli.export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

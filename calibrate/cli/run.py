@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import re
 import sys
@@ -27,28 +28,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "minimizes the Pantheon paper's replication error against TARGET, once with constant and "
         "once with Poisson deliveries, by running every scheme over candidate emulators in "
         "parallel on Ray; write the run directory and export the winner. Needs root.")
-    run.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    run.add_argument("--schemes", metavar="A,B",
-                     help="target schemes to score (labels or names; default: every one this host runs)")
+    evaluation_options(run)
     run.add_argument("--budget", type=int, default=d.budget,
                      help="evaluations per link kind (default: %(default)s)")
     run.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"), default=d.optimizer,
                      help="GP with qLogNEI (BoTorch), scikit-optimize GP-EI, or random search "
                           "(default: %(default)s)")
-    run.add_argument("--runtime", type=float, default=d.runtime_s, metavar="S",
-                     help="seconds per scheme run, Pantheon's -t (default: %(default)s)")
-    run.add_argument("--replicates", type=int, default=d.replicates, metavar="K",
-                     help="runs of each scheme per evaluation (default: %(default)s)")
     run.add_argument("--links", default=",".join(LINK_KINDS), metavar="KINDS",
                      help="link kinds to search, each its own search (default: %(default)s)")
-    run.add_argument("--seed", type=int, default=d.seed, help="seed of traces, losses and the "
-                     "optimizers (default: %(default)s)")
     run.add_argument("--time-limit", type=float, metavar="S",
                      help="stop proposing after this many seconds of calibration")
-    run.add_argument("--aggregate", choices=("mean", "median"), default=d.aggregate,
-                     help="the target's per-scheme aggregate (default: %(default)s)")
-    run.add_argument("--include-loss", action="store_true",
-                     help="add the loss error to f (reported either way)")
     run.add_argument("--n-initial", type=int, metavar="N",
                      help="size of the initial Sobol design after the warm start (default: 2 x dims, at most budget/4)")
     run.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
@@ -57,9 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="override a parameter's search bounds, e.g. --bound queue=10:400; repeatable")
     run.add_argument("--out", type=Path, metavar="RUN_DIR",
                      help="run directory (default: runs/<target>-<UTC time>)")
-    add_pantheon_options(run)
     _ray_options(run)
-    _source_options(run)
     run.set_defaults(func=_run)
 
     resume = subparsers.add_parser(
@@ -69,6 +56,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     _ray_options(resume)
     resume.set_defaults(func=_resume)
+
+
+def evaluation_options(parser: argparse.ArgumentParser) -> None:
+    """TARGET and how one evaluation runs and is scored (`run` and `score`)."""
+    from calibrate.calibration import RunConfig
+
+    d = RunConfig(target="")
+    parser.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    parser.add_argument("--schemes", metavar="A,B", help="target schemes to score (labels or "
+                        "names; default: every one this host runs)")
+    parser.add_argument("--runtime", type=float, default=d.runtime_s, metavar="S",
+                        help="seconds per scheme run, Pantheon's -t (default: %(default)s)")
+    parser.add_argument("--replicates", type=int, default=d.replicates, metavar="K",
+                        help="runs of each scheme per evaluation (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seed of traces, losses and the optimizers (default: %(default)s)")
+    parser.add_argument("--aggregate", choices=("mean", "median"), default=d.aggregate,
+                        help="the target's per-scheme aggregate (default: %(default)s)")
+    parser.add_argument("--include-loss", action="store_true",
+                        help="add the loss error to f (reported either way)")
+    add_pantheon_options(parser)
+    _source_options(parser)
 
 
 def _ray_options(parser: argparse.ArgumentParser) -> None:
@@ -139,7 +148,7 @@ def _settings(args: argparse.Namespace):
 
 
 def _fmt_f(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} %"
+    return "–" if value is None or not math.isfinite(value) else f"{value:.1f} %"
 
 
 def _duration(seconds: float | None) -> str:
@@ -219,25 +228,32 @@ def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -
     console.print(table)
     best = result.get("best")
     if best:
-        rows = Table(title=f"per scheme, {result['winner']} (* = winner): real vs emulated",
-                     title_justify="left")
-        for column in ("scheme", "flow", "tput real", "tput emu", "p95 real", "p95 emu",
-                       "loss real %", "loss emu %", "error %"):
-            rows.add_column(column)
-        for s in best["schemes"]:
-            real, emu = s["real"], s["emulated"] or {}
-            err = s["error_pct"]
-            rows.add_row(s["scheme"], s["flow"], f"{real['tput']:.2f}", _num(emu.get("tput"), 2),
-                         f"{real['delay']:.1f}", _num(emu.get("delay"), 1),
-                         f"{100 * real['loss']:.2f}", _num(emu.get("loss"), 2, 100),
-                         f"{(err['tput'] + err['delay']) / 2:.1f}")
-        console.print(rows)
+        console.print(scheme_rows(best["schemes"],
+                                  f"per scheme, {result['winner']} (* = winner): real vs emulated"))
         console.print(f"emulator: {best['emulator']}", highlight=False)
     if result.get("dropped"):
         console.print(f"not scored: {', '.join(result['dropped'])} (reasons in run.json)",
                       highlight=False)
     console.print(f"run directory: {run_dir}" + (f"; export: {exported}" if exported else ""),
                   highlight=False)
+
+
+def scheme_rows(schemes: list[dict[str, Any]], title: str):
+    """The per-scheme real-vs-emulated table (rows of `calibration.scheme_table`)."""
+    from rich.table import Table
+
+    rows = Table(title=title, title_justify="left")
+    for column in ("scheme", "flow", "tput real", "tput emu", "p95 real", "p95 emu",
+                   "loss real %", "loss emu %", "error %"):
+        rows.add_column(column)
+    for s in schemes:
+        real, emu = s["real"], s["emulated"] or {}
+        err = s["error_pct"]
+        rows.add_row(s["scheme"], s["flow"], f"{real['tput']:.2f}", _num(emu.get("tput"), 2),
+                     f"{real['delay']:.1f}", _num(emu.get("delay"), 1),
+                     f"{100 * real['loss']:.2f}", _num(emu.get("loss"), 2, 100),
+                     f"{(err['tput'] + err['delay']) / 2:.1f}")
+    return rows
 
 
 def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
@@ -248,14 +264,18 @@ def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
 # Commands
 
 
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("calibration runs emulators in network namespaces, which needs "
+                                 "root (CAP_NET_ADMIN); run calibrate as root")
+
+
 def _calibrate(calibration: Any, args: argparse.Namespace) -> int:
     from calibrate.evaluation import Evaluator
     from calibrate.export import export
 
     console_note = sys.stderr
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("calibration runs emulators in network namespaces, which needs "
-                                 "root (CAP_NET_ADMIN); run calibrate as root")
+    require_root()
     problem = calibration.problem
     print(f"calibrate: {calibration.run_dir}: {len(problem.schemes)} schemes scored "
           f"({', '.join(problem.schemes)}), links {', '.join(calibration.searches)}, budget "
@@ -278,19 +298,25 @@ def _calibrate(calibration: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def run_config(args: argparse.Namespace, **search: Any):
+    """RunConfig from `evaluation_options` (plus a search's own settings)."""
+    from calibrate.calibration import RunConfig
+
+    schemes = tuple(s.strip() for s in (args.schemes or "").split(",") if s.strip())
+    return RunConfig(target=args.target, schemes=schemes, runtime_s=args.runtime,
+                     replicates=args.replicates, seed=args.seed, aggregate=args.aggregate,
+                     include_loss=args.include_loss,
+                     pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
+                     pantheon_python=args.pantheon_python, **search)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from calibrate.calibration import Calibration, RunConfig
+    from calibrate.calibration import Calibration
 
     links = tuple(k.strip() for k in args.links.split(",") if k.strip())
-    schemes = tuple(s.strip() for s in (args.schemes or "").split(",") if s.strip())
-    config = RunConfig(target=args.target, schemes=schemes, budget=args.budget,
-                       optimizer=args.optimizer, runtime_s=args.runtime, replicates=args.replicates,
-                       links=links, seed=args.seed, time_limit_s=args.time_limit,
-                       aggregate=args.aggregate, include_loss=args.include_loss,
-                       n_initial=args.n_initial, fixed=parse_fixed(args.fix),
-                       bounds=parse_bounds(args.bound),
-                       pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
-                       pantheon_python=args.pantheon_python)
+    config = run_config(args, budget=args.budget, optimizer=args.optimizer, links=links,
+                        time_limit_s=args.time_limit, n_initial=args.n_initial,
+                        fixed=parse_fixed(args.fix), bounds=parse_bounds(args.bound))
     target = _load(args)
     run_dir = args.out or default_run_dir(args.target)
     return _calibrate(Calibration.start(run_dir, config, target), args)
