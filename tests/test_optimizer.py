@@ -177,6 +177,33 @@ def test_best_is_an_evaluated_point(name):
     assert (best.mean is None) == (name == "random")
 
 
+@pytest.mark.parametrize("model", ["gpytorch", "skopt"])
+def test_incumbent_estimates_stay_within_twice_the_reported_noise(model):
+    rng = np.random.default_rng(3)
+    opt = make(model)
+    xs = opt.ask(10)
+    ys = [f3(x) + rng.normal(0.0, 3.0) for x in xs]
+    se = [0.0, 0.5, 1.0, 3.0, 0.0, 2.0, 0.25, 4.0, 1.5, 0.0]
+    opt.tell(xs, ys, se)
+    est, means = opt.estimates(), opt._means()
+    assert np.all(np.abs(est - ys) <= 2.0 * np.array(se) + 1e-12)
+    # where the measurement's error bar allows, the estimate is the model's
+    inside = np.abs(means - ys) <= 2.0 * np.array(se)
+    assert np.allclose(est[inside], means[inside])
+    assert opt.best().index == int(np.argmin(est))
+    # measurements that repeat exactly (noise 0.0) are taken as they are: the lowest is the
+    # incumbent, whatever the fitted noise smooths
+    exact = make(model)
+    xs = exact.ask(10)
+    exact.tell(xs, ys, [0.0] * 10)
+    assert np.allclose(exact.estimates(), ys) and exact.best().index == int(np.argmin(ys))
+    # without reported noise the posterior means decide
+    unknown = make(model)
+    xs = unknown.ask(10)
+    unknown.tell(xs, ys)
+    assert np.allclose(unknown.estimates(), unknown._means())
+
+
 def test_bad_input_is_an_input_error(name):
     opt = make(name)
     with pytest.raises(InputError):

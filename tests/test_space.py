@@ -47,10 +47,10 @@ def test_warm_start_on_nepal():
     assert w["loss"] == pytest.approx(0.00575)
     # rate: best saturating throughput (saturator 9.57) / (1 - loss)
     assert w["rate"] == pytest.approx(9.57 / (1 - 0.00575))
-    # delay: smallest p95 (scream 36.34) - one packet time 12 / rate = 35.09 -> 35 ms
-    assert w["delay"] == 35
-    # queue: (largest saturating p95 271.54 - 36.34) ms x 9.625 Mbit/s / 12 kbit = 188.7 -> 189
-    assert w["queue"] == 189
+    # delay: smallest p95 (scream 36.34) - 4 packet times 4 x 12 / 9.625 = 31.35 -> 31 ms
+    assert w["delay"] == 31
+    # queue: (largest saturating p95 271.54 - delay 31.35) ms x 9.625 Mbit/s / 12 kbit = 192.7
+    assert w["queue"] == 193
 
 
 def test_bounds_rule_on_nepal():
@@ -58,7 +58,7 @@ def test_bounds_rule_on_nepal():
     rate = 9.57 / (1 - 0.00575)
     assert b["rate"] == pytest.approx((rate / 2, rate * 2))
     assert b["delay"] == (0.0, 35.0)  # floor(36.34 - 1 ms margin)
-    assert b["queue"] == (48.0, 754.0)  # ceil(188.66 / 4), floor(188.66 * 4)
+    assert b["queue"] == (49.0, 770.0)  # ceil(192.66 / 4), floor(192.66 * 4)
     assert b["loss"] == pytest.approx((0.0, 0.01))  # 2 x smallest loss (scream .39 %) < 1 % floor
 
 
@@ -75,7 +75,7 @@ def test_hints_change_the_estimate():
     w = warm_start(NEPAL, saturating={"saturator"}, delay_based={"vegas"})
     assert w["loss"] == pytest.approx(0.0116)
     assert w["rate"] == pytest.approx(9.57 / (1 - 0.0116))
-    assert w["queue"] == round((220.21 - 36.34) * w["rate"] / 12)
+    assert w["queue"] == round((220.21 - (36.34 - 4 * 12 / w["rate"])) * w["rate"] / 12)
     # no saturating scheme present: fall back to the best throughput of all schemes;
     # no delay-based one: the smallest loss of all
     w = warm_start({"a": (3.0, 50.0, 0.02), "b": (1.0, 40.0, 0.01)}, saturating=(), delay_based=())
@@ -205,5 +205,10 @@ def test_warm_start_loss_discounts_packets_in_flight_at_the_end():
     # them.  A 6 s run of Vegas at 36 ms p95 over a lossless path measured 0.65 % loss.
     stats = {"udp-vegas": (7.56, 36.0, 0.0065), "udp-saturator": (7.73, 119.9, 0.2392)}
     assert warm_start(stats)["loss"] == pytest.approx(0.0065)
-    assert warm_start(stats, runtime_s=6.0)["loss"] == pytest.approx(0.0065 - 0.006)
+    # 0.65 - 0.6 = 0.05 % is below the correction's resolution, 4 packet times (4 x 12 / 7.73
+    # ms) over 6 s = 0.10 %: no loss
+    assert warm_start(stats, runtime_s=6.0)["loss"] == 0.0
     assert warm_start(stats, runtime_s=1.0)["loss"] == 0.0  # never negative
+    # a 1 % path loss is kept: 1.65 - 0.6 = 1.05 %
+    lossy = {**stats, "udp-vegas": (7.56, 36.0, 0.0165)}
+    assert warm_start(lossy, runtime_s=6.0)["loss"] == pytest.approx(0.0105)

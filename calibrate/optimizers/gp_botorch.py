@@ -143,10 +143,10 @@ class BoTorchGP(Optimizer):
         return np.exp(mean) - LOG_OFFSET if self.outcome == "log" else mean
 
     def _max_expected_improvement(self) -> float:
-        """Analytic EI of one point against the best posterior mean among evaluated points
-        (the plug-in incumbent for noisy observations), maximized over the cube."""
+        """Analytic EI of one point against the incumbent's estimate (`estimates`: the plug-in
+        incumbent for noisy observations), maximized over the cube."""
         model = self._fit()
-        incumbent = float(np.min(self._posterior_mean(np.array(self._x))))  # in f's units
+        incumbent = float(np.min(self.estimates()))  # in f's units
         best = math.log(max(incumbent, 0.0) + LOG_OFFSET) if self.outcome == "log" else incumbent
         with self._seeded(5):
             _, value = optimize_acqf(LogExpectedImprovement(model, best_f=-best),

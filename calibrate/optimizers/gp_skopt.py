@@ -100,12 +100,12 @@ class SkoptGP(Optimizer):
         return np.asarray(opt.models[-1].predict(opt.space.transform(xs.tolist())), dtype=float)
 
     def _max_expected_improvement(self) -> float:
-        """EI (xi = 0) against the best posterior mean at evaluated points, maximized over a
-        Sobol set plus the evaluated points (skopt's GP has no cheap gradient-based route)."""
+        """EI (xi = 0) against the incumbent's estimate (`estimates`), maximized over a Sobol
+        set plus the evaluated points (skopt's GP has no cheap gradient-based route)."""
         opt = self._model()
         candidates = np.vstack([sobol(self.dim, stream_seed(self.seed, 7), 1024),
                                 np.array(self._x)])
-        y_opt = float(np.min(self._posterior_mean(np.array(self._x))))
+        y_opt = float(np.min(self.estimates()))
         ei = gaussian_ei(opt.space.transform(candidates.tolist()), opt.models[-1],
                          y_opt=y_opt, xi=0.0)
         return float(np.max(ei)) if len(ei) else math.nan
