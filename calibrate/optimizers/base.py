@@ -191,7 +191,7 @@ class Optimizer(ABC):
         if not self._y:
             raise InputError("no evaluation has been told yet; tell results before asking best()")
         means = self._means()
-        i = int(np.argmin(self.estimates()))
+        i = int(np.argmin(self._estimates(means)))
         return Best(self._x[i].copy(), self._y[i], None if means is None else float(means[i]), i)
 
     def estimates(self) -> np.ndarray:
@@ -205,8 +205,11 @@ class Optimizer(ABC):
         measurement; a point without a reported noise takes the posterior mean, and without a
         model the observations are the estimates.
         """
+        return self._estimates(self._means())
+
+    def _estimates(self, means: np.ndarray | None) -> np.ndarray:
+        """`estimates` from the posterior means at the evaluated points, already computed."""
         y = np.array(self._y, dtype=float)
-        means = self._means()
         if means is None:
             return y
         se = np.array(self._noise, dtype=float)
