@@ -8,6 +8,8 @@
 
 use crate::endpoint::{EndpointSpec, SideName};
 use crate::error::{Error, Result};
+use crate::ferry::Timing;
+use crate::mahimahi::User;
 use crate::queue::QueueSpec;
 use crate::trace::Trace;
 use std::path::PathBuf;
@@ -27,6 +29,15 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
   --delay MS                   one-way propagation delay, added in each direction (integer ms)
   --uplink-loss P, --downlink-loss P   i.i.d. loss probability in [0, 1]
   --seed N                     seed of the loss generators (default 0): runs are reproducible
+  --backend engine|mahimahi    engine (default): this engine's own link; mahimahi: the same run
+                               through the user's real mm-delay/mm-loss/mm-link (setuid root, on
+                               PATH), started as --mahimahi-user, with the same logs
+  --mahimahi-user NAME         the unprivileged account Mahimahi's shells run as (they refuse
+                               root; default: $SUDO_USER)
+  --timing mahimahi|ideal      mahimahi (default): each shell direction is a process with its own
+                               millisecond clock, as in Mahimahi, so packets are re-stamped at
+                               every hop and leave at the phase their process wakes at; ideal:
+                               one clock, every stage exactly on the millisecond boundary
   --uplink-log FILE, --downlink-log FILE     Mahimahi-format link logs
   --datalink-log FILE, --acklink-log FILE    Pantheon-format logs (one-way delay over the path)
   --receiver CMD, --sender CMD  shell command started at 0 s in that side's namespace
@@ -43,6 +54,24 @@ Endpoints see EMU_SIDE, EMU_ADDR (their own address), EMU_PEER (the other side's
 on the sender side, MAHIMAHI_BASE (the receiver's address).
 ";
 
+/// What carries the packets.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// This engine's own link (the default).
+    Engine,
+    /// The user's real Mahimahi shells, run as this account.
+    Mahimahi(User),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Engine => "engine",
+            Backend::Mahimahi(_) => "mahimahi",
+        }
+    }
+}
+
 /// One direction's link.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
@@ -58,6 +87,8 @@ pub struct Config {
     pub downlink: LinkConfig,
     pub delay_ms: u64,
     pub seed: u64,
+    pub timing: Timing,
+    pub backend: Backend,
     pub uplink_log: Option<PathBuf>,
     pub downlink_log: Option<PathBuf>,
     pub datalink_log: Option<PathBuf>,
@@ -80,6 +111,9 @@ struct Raw {
     losses: [Option<String>; 2],
     delay: Option<String>,
     seed: Option<String>,
+    timing: Option<String>,
+    backend: Option<String>,
+    mahimahi_user: Option<String>,
     logs: [Option<String>; 4],
     endpoints: Vec<EndpointSpec>,
     stop_after: Option<String>,
@@ -135,6 +169,9 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
             "downlink-loss" => raw.losses[1] = Some(value()?),
             "delay" => raw.delay = Some(value()?),
             "seed" => raw.seed = Some(value()?),
+            "timing" => raw.timing = Some(value()?),
+            "backend" => raw.backend = Some(value()?),
+            "mahimahi-user" => raw.mahimahi_user = Some(value()?),
             "uplink-log" => raw.logs[0] = Some(value()?),
             "downlink-log" => raw.logs[1] = Some(value()?),
             "datalink-log" => raw.logs[2] = Some(value()?),
@@ -225,6 +262,27 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         None => 0,
         Some(text) => text.parse::<u64>().map_err(|_| Error::input(format!("--seed must be a non-negative integer, got {text:?}")))?,
     };
+    let timing = match raw.timing.as_deref() {
+        None => Timing::Mahimahi,
+        Some(text) => Timing::parse(text)
+            .ok_or_else(|| Error::input(format!("--timing must be mahimahi or ideal, got {text:?}")))?,
+    };
+    let backend = match raw.backend.as_deref() {
+        None | Some("engine") => {
+            if raw.mahimahi_user.is_some() {
+                return Err(Error::input("--mahimahi-user goes with --backend mahimahi"));
+            }
+            Backend::Engine
+        }
+        Some("mahimahi") => {
+            let name = raw.mahimahi_user.clone().or_else(|| std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root"));
+            let name = name.ok_or_else(|| {
+                Error::input("--backend mahimahi needs --mahimahi-user NAME: Mahimahi's shells refuse to run as root")
+            })?;
+            Backend::Mahimahi(User::lookup(&name)?)
+        }
+        Some(other) => return Err(Error::input(format!("--backend must be engine or mahimahi, got {other:?}"))),
+    };
     let stop_after = raw.stop_after.as_deref().map(|t| parse_seconds("--stop-after", t)).transpose()?;
     if stop_after == Some(0.0) {
         return Err(Error::input("--stop-after must be more than 0 seconds"));
@@ -251,6 +309,8 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         downlink: links.next().expect("two links"),
         delay_ms,
         seed,
+        timing,
+        backend,
         uplink_log,
         downlink_log,
         datalink_log,
@@ -325,5 +385,19 @@ mod tests {
         assert!(error(&[&t, "/nonexistent/trace"]).contains("cannot read trace file /nonexistent/trace"));
         let bad = trace_file("1\n2 \n");
         assert!(error(&[&bad, &t]).contains(":2: invalid integer"));
+        assert!(error(&[&t, &t, "--timing", "exact"]).contains("--timing must be mahimahi or ideal"));
+        assert!(error(&[&t, &t, "--backend", "ns3"]).contains("--backend must be engine or mahimahi"));
+        assert!(error(&[&t, &t, "--mahimahi-user", "nobody"]).contains("goes with --backend mahimahi"));
+        assert!(error(&[&t, &t, "--backend", "mahimahi", "--mahimahi-user", "root"]).contains("refuse to run as root"));
+    }
+
+    #[test]
+    fn mahimahi_timing_and_the_engine_are_the_defaults() {
+        let t = trace_file("1\n");
+        let Parsed::Run(c) = parse(&args(&[&t, &t])).unwrap() else { panic!() };
+        assert_eq!(c.timing, Timing::Mahimahi);
+        assert!(matches!(c.backend, Backend::Engine));
+        let Parsed::Run(c) = parse(&args(&[&t, &t, "--timing=ideal"])).unwrap() else { panic!() };
+        assert_eq!(c.timing, Timing::Ideal);
     }
 }

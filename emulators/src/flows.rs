@@ -19,6 +19,19 @@ impl Flows {
         *self.ids.entry(key).or_insert(next)
     }
 
+    /// The flow number of a packet's connection if it is known already.
+    pub fn get(&self, packet: &[u8]) -> Option<u32> {
+        self.ids.get(&connection_key(packet)?).copied()
+    }
+
+    /// Give a packet's connection an existing flow number (the same connection seen elsewhere,
+    /// e.g. behind a NAT that rewrote its addresses).
+    pub fn assign(&mut self, packet: &[u8], id: u32) {
+        if let Some(key) = connection_key(packet) {
+            self.ids.entry(key).or_insert(id);
+        }
+    }
+
     pub fn count(&self) -> usize {
         self.ids.len()
     }

@@ -36,7 +36,8 @@ impl Link {
         }
     }
 
-    fn next_opportunity(&self) -> Ms {
+    /// The time of the next delivery opportunity not yet emulated.
+    pub fn next_opportunity(&self) -> Ms {
         self.base + self.schedule.times[self.cursor]
     }
 

@@ -55,7 +55,95 @@ pub fn create_side(address: Ipv4Addr, peer: Ipv4Addr) -> Result<Side> {
         .map_err(|_| Error::runtime("the namespace set-up thread panicked"))?
 }
 
-fn build_side(address: Ipv4Addr, peer: Ipv4Addr) -> Result<Side> {
+/// A fresh network namespace with the endpoints' settings (`tune_endpoint_namespace`), its
+/// loopback up, and IP forwarding on if `forwarding` (Mahimahi's shells need it where they run).
+pub fn create_namespace(forwarding: bool) -> Result<OwnedFd> {
+    std::thread::spawn(move || -> Result<OwnedFd> {
+        let (netns, _control) = enter_new_namespace()?;
+        if forwarding {
+            sysctl("/proc/sys/net/ipv4/ip_forward", "1")?;
+        }
+        Ok(netns.into())
+    })
+    .join()
+    .map_err(|_| Error::runtime("the namespace set-up thread panicked"))?
+}
+
+/// Give the namespace `netns` (made by someone else, e.g. a Mahimahi shell) the settings an
+/// endpoint's namespace gets here.
+pub fn tune_namespace(netns: i32) -> Result<()> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if unsafe { libc::setns(netns, libc::CLONE_NEWNET) } != 0 {
+                    return Err(os_error("entering a network namespace"));
+                }
+                tune_endpoint_namespace()
+            })
+            .join()
+            .map_err(|_| Error::runtime("the namespace set-up thread panicked"))?
+    })
+}
+
+/// The IPv4 address of `device` in the namespace `netns`, or, with `device` None, the device
+/// holding `address` there.
+pub fn device_address(netns: i32, device: Option<&str>, address: Option<Ipv4Addr>) -> Result<(String, Ipv4Addr)> {
+    let device = device.map(str::to_string);
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || -> Result<(String, Ipv4Addr)> {
+                if unsafe { libc::setns(netns, libc::CLONE_NEWNET) } != 0 {
+                    return Err(os_error("entering a network namespace"));
+                }
+                let control = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+                if control < 0 {
+                    return Err(os_error("socket"));
+                }
+                let control = unsafe { OwnedFd::from_raw_fd(control) };
+                let names = match &device {
+                    Some(name) => vec![name.clone()],
+                    None => interface_names(),
+                };
+                for name in names {
+                    let mut request = IfReq::new(&name);
+                    if unsafe { libc::ioctl(control.as_raw_fd(), SIOCGIFADDR, &mut request as *mut IfReq as *mut c_void) } < 0 {
+                        continue;
+                    }
+                    let found = Ipv4Addr::new(request.data[4], request.data[5], request.data[6], request.data[7]);
+                    if address.is_none_or(|a| a == found) {
+                        return Ok((name, found));
+                    }
+                }
+                Err(Error::runtime(match (&device, address) {
+                    (Some(name), _) => format!("device {name} has no IPv4 address"),
+                    (None, Some(a)) => format!("no device holds {a}"),
+                    (None, None) => "no device with an IPv4 address".to_string(),
+                }))
+            })
+            .join()
+            .map_err(|_| Error::runtime("the namespace inspection thread panicked"))?
+    })
+}
+
+fn interface_names() -> Vec<String> {
+    let mut names = Vec::new();
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return names;
+        }
+        let mut entry = list;
+        while (*entry).if_index != 0 {
+            names.push(std::ffi::CStr::from_ptr((*entry).if_name).to_string_lossy().into_owned());
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    names
+}
+
+/// Move this thread into a new network namespace, tuned, with its loopback up.
+fn enter_new_namespace() -> Result<(File, OwnedFd)> {
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(Error::environment(format!(
@@ -64,19 +152,28 @@ fn build_side(address: Ipv4Addr, peer: Ipv4Addr) -> Result<Side> {
     }
     let netns = File::open("/proc/thread-self/ns/net")
         .map_err(|e| Error::environment(format!("cannot open the new namespace: {e}")))?;
-    // No IPv6: its router solicitations and MLD reports would be counted as traffic.
-    for path in ["/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"] {
-        let _ = sysctl(path, "1");
-    }
-    sysctl("/proc/sys/net/ipv4/tcp_rmem", SOCKET_BUFFERS)?;
-    sysctl("/proc/sys/net/ipv4/tcp_wmem", SOCKET_BUFFERS)?;
-
+    tune_endpoint_namespace()?;
     let control = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if control < 0 {
         return Err(os_error("socket"));
     }
     let control = unsafe { OwnedFd::from_raw_fd(control) };
     set_up(control.as_raw_fd(), "lo")?;
+    Ok((netns, control))
+}
+
+/// Settings of the namespace an endpoint runs in: Pantheon's socket buffers, no IPv6 (its
+/// router solicitations and MLD reports would be counted as traffic).
+fn tune_endpoint_namespace() -> Result<()> {
+    for path in ["/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"] {
+        let _ = sysctl(path, "1");
+    }
+    sysctl("/proc/sys/net/ipv4/tcp_rmem", SOCKET_BUFFERS)?;
+    sysctl("/proc/sys/net/ipv4/tcp_wmem", SOCKET_BUFFERS)
+}
+
+fn build_side(address: Ipv4Addr, peer: Ipv4Addr) -> Result<Side> {
+    let (netns, control) = enter_new_namespace()?;
 
     let tun = open_tun()?;
     let fd = control.as_raw_fd();
@@ -112,6 +209,7 @@ fn os_error(what: &str) -> Error {
 const TUNSETIFF: libc::c_ulong = 0x400454ca;
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+const SIOCGIFADDR: libc::c_ulong = 0x8915;
 const SIOCSIFADDR: libc::c_ulong = 0x8916;
 const SIOCSIFDSTADDR: libc::c_ulong = 0x8918;
 const SIOCSIFNETMASK: libc::c_ulong = 0x891c;

@@ -72,8 +72,17 @@ impl QueueSpec {
 
     /// How Mahimahi's log header names it: `droptail [packets=100]`, bytes before packets.
     pub fn describe(self) -> String {
+        match self.mahimahi_arguments() {
+            (name, limits) if limits.is_empty() => name.to_string(),
+            (name, limits) => format!("{name} [{}]", limits.replace(',', ", ")),
+        }
+    }
+
+    /// `mm-link`'s `--*-queue` type and `--*-queue-args` (bytes before packets), e.g.
+    /// `("droptail", "packets=100")`; `("infinite", "")` takes no arguments.
+    pub fn mahimahi_arguments(self) -> (&'static str, String) {
         let (name, packets, bytes) = match self {
-            QueueSpec::Infinite => return "infinite".to_string(),
+            QueueSpec::Infinite => return ("infinite", String::new()),
             QueueSpec::DropTail { packets, bytes } => ("droptail", packets, bytes),
             QueueSpec::DropHead { packets, bytes } => ("drophead", packets, bytes),
         };
@@ -84,7 +93,7 @@ impl QueueSpec {
         if packets > 0 {
             limits.push(format!("packets={packets}"));
         }
-        format!("{name} [{}]", limits.join(", "))
+        (name, limits.join(","))
     }
 }
 

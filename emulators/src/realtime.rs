@@ -3,16 +3,19 @@
 //! deadline. Deadline-driven: a late wake-up releases everything that became due, at the
 //! times it was scheduled, so lateness adds jitter but never shifts the schedule.
 
-use crate::config::{Config, LinkConfig};
+use crate::config::Config;
 use crate::delay::Delay;
+use crate::config::Backend;
 use crate::endpoint::{self, EndpointSpec, SideName};
+use crate::mahimahi::{Measurement, Shells};
 use crate::error::{Error, Result};
 use crate::flows::Flows;
 use crate::link::Link;
 use crate::logs::{DirectionLogs, LinkDescription, MahimahiLog, PantheonLog};
 use crate::loss::Loss;
 use crate::netns::{self, Side, RECEIVER_ADDRESS, SENDER_ADDRESS};
-use crate::packet::{Ms, Packet, OPPORTUNITY_BYTES, TUN_HEADER};
+use crate::packet::{Packet, OPPORTUNITY_BYTES, TUN_HEADER};
+use crate::ferry::{Ferries, Timed, Timing, Wakes};
 use crate::stage::{Pipeline, Stage};
 use serde_json::json;
 use std::os::fd::{AsRawFd, RawFd};
@@ -58,10 +61,11 @@ struct Direction {
     name: &'static str,
     input: RawFd,
     output: RawFd,
-    pipeline: Pipeline,
+    path: Path,
     logs: DirectionLogs,
     counters: Counters,
-    released: Vec<Packet>,
+    released: Vec<(u64, Packet)>,
+    scratch: Vec<Packet>,
 }
 
 impl Direction {
@@ -95,15 +99,15 @@ impl Direction {
                 log.arrival(at_us, n, flow);
             }
             let packet = Packet { data: buffer, time: at_us / 1000, entered_us: at_us, flow };
-            self.pipeline.accept(packet, &mut self.logs);
+            self.path.accept(packet, at_us, &mut self.released, &mut self.logs);
         }
         Ok(())
     }
 
     /// Emulate up to `now` and write out everything that left the path.
     fn advance(&mut self, now_us: u64, clock: &Clock, pool: &mut Vec<Vec<u8>>) {
-        self.pipeline.release(now_us / 1000, &mut self.released, &mut self.logs);
-        for packet in self.released.drain(..) {
+        self.path.release(now_us, &mut self.released, &mut self.scratch, &mut self.logs);
+        for (_, packet) in self.released.drain(..) {
             let n = unsafe { libc::write(self.output, packet.data.as_ptr() as *const libc::c_void, packet.data.len()) };
             if n == packet.data.len() as isize {
                 let at_us = clock.now_us();
@@ -125,7 +129,7 @@ impl Direction {
 
     fn summary(&self) -> serde_json::Value {
         let c = self.counters;
-        let in_flight = self.pipeline.held() as u64;
+        let in_flight = self.path.held() as u64;
         json!({
             "arrived_packets": c.arrived_packets,
             "arrived_bytes": c.arrived_bytes,
@@ -139,12 +143,78 @@ impl Direction {
     }
 }
 
-/// Data: link queue and trace -> loss -> delay. ACKs: delay -> loss -> link (spec §2.2).
-fn pipeline(link: &LinkConfig, delay: Ms, seed: u64, data_direction: bool) -> Pipeline {
-    let link_stage: Box<dyn Stage + Send> = Box::new(Link::new(link.trace.clone(), link.queue, 0));
-    let loss: Box<dyn Stage + Send> = Box::new(Loss::new(link.loss, seed));
-    let delay: Box<dyn Stage + Send> = Box::new(Delay::new(delay));
-    Pipeline::new(if data_direction { vec![link_stage, loss, delay] } else { vec![delay, loss, link_stage] })
+/// One direction of the path, with Mahimahi's timing or the idealised one.
+enum Path {
+    Mahimahi(Ferries),
+    Ideal(Pipeline),
+}
+
+impl Path {
+    /// Data: link queue and trace -> loss -> delay. ACKs: delay -> loss -> link, as in
+    /// `mm-delay D mm-loss uplink p mm-loss downlink q mm-link UP DOWN`. With Mahimahi's timing
+    /// each shell present in that command line is a process in both directions (a loss shell
+    /// passes the other direction through untouched); the idealised pipeline has the three
+    /// stages only.
+    fn new(config: &Config, data_direction: bool) -> Path {
+        let link = if data_direction { &config.uplink } else { &config.downlink };
+        let seed = config.seed.wrapping_mul(2).wrapping_add(u64::from(!data_direction));
+        let link_stage = Link::new(link.trace.clone(), link.queue, 0);
+        match config.timing {
+            Timing::Ideal => {
+                let stages: Vec<Box<dyn Stage + Send>> =
+                    vec![Box::new(link_stage), Box::new(Loss::new(link.loss, seed)), Box::new(Delay::new(config.delay_ms))];
+                Path::Ideal(Pipeline::new(if data_direction { stages } else { stages.into_iter().rev().collect() }))
+            }
+            Timing::Mahimahi => {
+                // From the innermost shell out: mm-link, mm-loss downlink, mm-loss uplink, mm-delay.
+                let mut shells: Vec<(Box<dyn Timed + Send>, Wakes)> = vec![(Box::new(link_stage), Wakes::EveryOpportunity)];
+                for (shell_direction_is_data, p) in [(false, config.downlink.loss), (true, config.uplink.loss)] {
+                    if p > 0.0 {
+                        let here = if shell_direction_is_data == data_direction { link.loss } else { 0.0 };
+                        shells.push((Box::new(Loss::new(here, seed)), Wakes::WhenHolding));
+                    }
+                }
+                if config.delay_ms > 0 {
+                    shells.push((Box::new(Delay::new(config.delay_ms)), Wakes::WhenHolding));
+                }
+                if !data_direction {
+                    shells.reverse();
+                }
+                Path::Mahimahi(Ferries::new(shells, seed.wrapping_add(0x5eed)))
+            }
+        }
+    }
+
+    fn accept(&mut self, packet: Packet, at_us: u64, out: &mut Vec<(u64, Packet)>, logs: &mut DirectionLogs) {
+        match self {
+            Path::Mahimahi(ferries) => ferries.accept(packet, at_us, out, logs),
+            Path::Ideal(pipeline) => pipeline.accept(packet, logs),
+        }
+    }
+
+    fn release(&mut self, now_us: u64, out: &mut Vec<(u64, Packet)>, scratch: &mut Vec<Packet>, logs: &mut DirectionLogs) {
+        match self {
+            Path::Mahimahi(ferries) => ferries.release(now_us, out, logs),
+            Path::Ideal(pipeline) => {
+                pipeline.release(now_us / 1000, scratch, logs);
+                out.extend(scratch.drain(..).map(|p| (p.time * 1000, p)));
+            }
+        }
+    }
+
+    fn next_wake_us(&self) -> Option<u64> {
+        match self {
+            Path::Mahimahi(ferries) => ferries.next_wake_us(),
+            Path::Ideal(pipeline) => pipeline.next_wake().map(|ms| ms * 1000),
+        }
+    }
+
+    fn held(&self) -> usize {
+        match self {
+            Path::Mahimahi(ferries) => ferries.held(),
+            Path::Ideal(pipeline) => pipeline.held(),
+        }
+    }
 }
 
 struct Running {
@@ -158,6 +228,8 @@ struct Running {
 #[derive(Debug, Clone)]
 enum StopReason {
     Deadline,
+    /// Something failed while running (the error is reported).
+    Failure,
     Signal(i32),
     EndpointExited(usize),
 }
@@ -178,7 +250,8 @@ fn open_logs(config: &Config, clock: &Clock, created: &mut CreatedFiles) -> Resu
     let mahimahi = [&config.uplink_log, &config.downlink_log];
     let pantheon = [&config.datalink_log, &config.acklink_log];
     for d in 0..2 {
-        if let Some(path) = mahimahi[d] {
+        // With Mahimahi's shells, their own mm-link writes these.
+        if let Some(path) = mahimahi[d].as_ref().filter(|_| matches!(config.backend, Backend::Engine)) {
             let (link, direction) = links[d];
             let description = LinkDescription {
                 direction,
@@ -199,18 +272,6 @@ fn open_logs(config: &Config, clock: &Clock, created: &mut CreatedFiles) -> Resu
     Ok(result)
 }
 
-fn side_env(side: &Side, name: SideName) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("EMU_SIDE".to_string(), name.as_str().to_string()),
-        ("EMU_ADDR".to_string(), side.address.to_string()),
-        ("EMU_PEER".to_string(), side.peer.to_string()),
-    ];
-    if name == SideName::Sender {
-        env.push(("MAHIMAHI_BASE".to_string(), side.peer.to_string()));
-    }
-    env
-}
-
 fn signal_name(signal: i32) -> &'static str {
     match signal {
         libc::SIGINT => "SIGINT",
@@ -220,6 +281,142 @@ fn signal_name(signal: i32) -> &'static str {
         _ => "a signal",
     }
 }
+
+/// What carries the packets: the engine's own link, or the user's Mahimahi shells.
+enum Emulation {
+    Engine { sender: Side, receiver: Side, directions: [Direction; 2] },
+    Mahimahi { shells: Shells, measurement: Measurement, logs: [DirectionLogs; 2], init_us: u64 },
+}
+
+impl Emulation {
+    fn start(config: &Config, clock: &Clock, logs: [DirectionLogs; 2]) -> Result<Emulation> {
+        match &config.backend {
+            Backend::Engine => {
+                let sender = netns::create_side(SENDER_ADDRESS, RECEIVER_ADDRESS)?;
+                let receiver = netns::create_side(RECEIVER_ADDRESS, SENDER_ADDRESS)?;
+                let [uplink_logs, downlink_logs] = logs;
+                let directions = [
+                    Direction {
+                        name: "uplink",
+                        input: sender.tun.as_raw_fd(),
+                        output: receiver.tun.as_raw_fd(),
+                        path: Path::new(config, true),
+                        logs: uplink_logs,
+                        counters: Counters::default(),
+                        released: Vec::new(),
+                        scratch: Vec::new(),
+                    },
+                    Direction {
+                        name: "downlink",
+                        input: receiver.tun.as_raw_fd(),
+                        output: sender.tun.as_raw_fd(),
+                        path: Path::new(config, false),
+                        logs: downlink_logs,
+                        counters: Counters::default(),
+                        released: Vec::new(),
+                        scratch: Vec::new(),
+                    },
+                ];
+                Ok(Emulation::Engine { sender, receiver, directions })
+            }
+            Backend::Mahimahi(user) => {
+                let spawn = |argv: &[String], netns: RawFd| {
+                    let spec = EndpointSpec { side: SideName::Receiver, start: 0.0, argv: argv.to_vec(), interactive: false };
+                    endpoint::spawn(&spec, netns, &[])
+                };
+                let shells = Shells::start(config, user, spawn)?;
+                Ok(Emulation::Mahimahi { shells, measurement: Measurement::default(), logs, init_us: clock.init_timestamp_ms * 1000 })
+            }
+        }
+    }
+
+    fn fds(&self) -> [RawFd; 2] {
+        match self {
+            Emulation::Engine { directions, .. } => [directions[0].input, directions[1].input],
+            Emulation::Mahimahi { shells, .. } => shells.tap_fds(),
+        }
+    }
+
+    fn read(&mut self, i: usize, clock: &Clock, flows: &mut Flows, pool: &mut Vec<Vec<u8>>) -> Result<()> {
+        match self {
+            Emulation::Engine { directions, .. } => directions[i].read_batch(clock, flows, pool),
+            Emulation::Mahimahi { shells, measurement, logs, init_us } => measurement.read(shells, i, *init_us, logs),
+        }
+    }
+
+    fn advance(&mut self, now_us: u64, clock: &Clock, pool: &mut Vec<Vec<u8>>) {
+        match self {
+            Emulation::Engine { directions, .. } => {
+                for direction in directions.iter_mut() {
+                    direction.advance(now_us, clock, pool);
+                }
+            }
+            Emulation::Mahimahi { logs, .. } => {
+                // The taps' times are the kernel's wall clock: leave a margin before writing.
+                for log in logs.iter_mut().filter_map(|l| l.pantheon.as_mut()) {
+                    log.flush_until(now_us.saturating_sub(TAP_MARGIN_US));
+                }
+            }
+        }
+    }
+
+    fn next_wake_us(&self) -> Option<u64> {
+        match self {
+            Emulation::Engine { directions, .. } => directions.iter().filter_map(|d| d.path.next_wake_us()).min(),
+            Emulation::Mahimahi { .. } => None,
+        }
+    }
+
+    /// The namespace an endpoint of `name` runs in, and its environment.
+    fn side(&self, name: SideName) -> (RawFd, Vec<(String, String)>) {
+        let (netns, address, peer) = match (self, name) {
+            (Emulation::Engine { sender, .. }, SideName::Sender) => (sender.netns.as_raw_fd(), sender.address, sender.peer),
+            (Emulation::Engine { receiver, .. }, SideName::Receiver) => (receiver.netns.as_raw_fd(), receiver.address, receiver.peer),
+            (Emulation::Mahimahi { shells, .. }, SideName::Sender) => (shells.inner.as_raw_fd(), shells.sender_address, shells.receiver_address),
+            (Emulation::Mahimahi { shells, .. }, SideName::Receiver) => (shells.outer.as_raw_fd(), shells.receiver_address, shells.sender_address),
+        };
+        let mut env = vec![
+            ("EMU_SIDE".to_string(), name.as_str().to_string()),
+            ("EMU_ADDR".to_string(), address.to_string()),
+            ("EMU_PEER".to_string(), peer.to_string()),
+        ];
+        if name == SideName::Sender {
+            env.push(("MAHIMAHI_BASE".to_string(), peer.to_string()));
+        }
+        (netns, env)
+    }
+
+    /// Close the logs; the per-direction summaries.
+    fn finish(&mut self, config: &Config, clock: &Clock) -> (Option<Error>, [serde_json::Value; 2]) {
+        match self {
+            Emulation::Engine { directions, .. } => {
+                let mut failure = None;
+                for direction in directions.iter_mut() {
+                    if let Err(e) = direction.logs.finish() {
+                        failure.get_or_insert(e);
+                    }
+                }
+                (failure, [directions[0].summary(), directions[1].summary()])
+            }
+            Emulation::Mahimahi { shells, measurement, logs, .. } => {
+                let summary = measurement.finish(shells, config, clock.init_timestamp_ms, logs);
+                let mut failure = None;
+                for log in logs.iter_mut() {
+                    if let Err(e) = log.finish() {
+                        failure.get_or_insert(e);
+                    }
+                }
+                match summary {
+                    Ok(summary) => (failure, summary),
+                    Err(e) => (Some(e), [json!({}), json!({})]),
+                }
+            }
+        }
+    }
+}
+
+/// Kernel timestamps of the taps may trail the loop's clock by this much.
+const TAP_MARGIN_US: u64 = 20_000;
 
 /// Run the emulation described by `config`; returns the process exit status.
 pub fn run(config: Config) -> Result<i32> {
@@ -240,45 +437,28 @@ pub fn run(config: Config) -> Result<i32> {
     }
     let clock = Clock::start();
     let mut created = CreatedFiles(Vec::new());
-    let logs = open_logs(&config, &clock, &mut created);
-    let sides = logs.and_then(|logs| {
-        let sender = netns::create_side(SENDER_ADDRESS, RECEIVER_ADDRESS)?;
-        let receiver = netns::create_side(RECEIVER_ADDRESS, SENDER_ADDRESS)?;
-        Ok((logs, sender, receiver))
-    });
-    let (logs, sender, receiver) = match sides {
-        Ok(v) => v,
+    let started = open_logs(&config, &clock, &mut created).and_then(|logs| Emulation::start(&config, &clock, logs));
+    let mut emulation = match started {
+        Ok(emulation) => emulation,
         Err(e) => {
             created.remove_all();
             return Err(e);
         }
     };
-    let [uplink_logs, downlink_logs] = logs;
-    let mut directions = [
-        Direction {
-            name: "uplink",
-            input: sender.tun.as_raw_fd(),
-            output: receiver.tun.as_raw_fd(),
-            pipeline: pipeline(&config.uplink, config.delay_ms, config.seed.wrapping_mul(2), true),
-            logs: uplink_logs,
-            counters: Counters::default(),
-            released: Vec::new(),
-        },
-        Direction {
-            name: "downlink",
-            input: receiver.tun.as_raw_fd(),
-            output: sender.tun.as_raw_fd(),
-            pipeline: pipeline(&config.downlink, config.delay_ms, config.seed.wrapping_mul(2).wrapping_add(1), false),
-            logs: downlink_logs,
-            counters: Counters::default(),
-            released: Vec::new(),
-        },
-    ];
     let mut endpoints: Vec<Running> = config
         .endpoints
         .iter()
         .map(|spec| Running { spec: spec.clone(), pid: None, exit_code: None, ended_us: None, stopped_by_engine: false })
         .collect();
+    // Mahimahi's shells are one more process to stop at the end, and to watch: if they die,
+    // the path is gone.
+    let shells_index = if let Emulation::Mahimahi { shells, .. } = &emulation {
+        let spec = EndpointSpec { side: SideName::Receiver, start: 0.0, argv: vec![shells.command.clone()], interactive: false };
+        endpoints.push(Running { spec, pid: Some(shells.pid), exit_code: None, ended_us: None, stopped_by_engine: false });
+        Some(endpoints.len() - 1)
+    } else {
+        None
+    };
     let interactive = endpoints.iter().any(|e| e.spec.interactive);
     let deadline_us = config.stop_after.map(|s| (s * 1e6) as u64);
     let mut flows = Flows::default();
@@ -288,9 +468,7 @@ pub fn run(config: Config) -> Result<i32> {
 
     loop {
         let now_us = clock.now_us();
-        for direction in directions.iter_mut() {
-            direction.advance(now_us, &clock, &mut pool);
-        }
+        emulation.advance(now_us, &clock, &mut pool);
         if deadline_us.is_some_and(|d| now_us >= d) {
             stop_reason = StopReason::Deadline;
             break;
@@ -300,11 +478,8 @@ pub fn run(config: Config) -> Result<i32> {
         for running in endpoints.iter_mut().filter(|r| r.pid.is_none() && r.exit_code.is_none()) {
             let start_us = (running.spec.start * 1e6) as u64;
             if start_us <= now_us {
-                let (side, name) = match running.spec.side {
-                    SideName::Sender => (&sender, SideName::Sender),
-                    SideName::Receiver => (&receiver, SideName::Receiver),
-                };
-                match endpoint::spawn(&running.spec, side.netns.as_raw_fd(), &side_env(side, name)) {
+                let (netns, env) = emulation.side(running.spec.side);
+                match endpoint::spawn(&running.spec, netns, &env) {
                     Ok(pid) => running.pid = Some(pid),
                     Err(e) => {
                         failure = Some(e);
@@ -316,21 +491,14 @@ pub fn run(config: Config) -> Result<i32> {
             }
         }
         if failure.is_some() {
-            stop_reason = StopReason::Deadline;
+            stop_reason = StopReason::Failure;
             break;
         }
-        let wake_us = [
-            deadline_us,
-            next_start,
-            directions[0].pipeline.next_wake().map(|ms| ms * 1000),
-            directions[1].pipeline.next_wake().map(|ms| ms * 1000),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let wake_us = [deadline_us, next_start, emulation.next_wake_us()].into_iter().flatten().min();
+        let inputs = emulation.fds();
         let mut fds = [
-            libc::pollfd { fd: directions[0].input, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: directions[1].input, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: inputs[0], events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: inputs[1], events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: signalfd, events: libc::POLLIN, revents: 0 },
         ];
         let timeout = wake_us.map(|w| {
@@ -343,7 +511,7 @@ pub fn run(config: Config) -> Result<i32> {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINTR) {
                 failure = Some(Error::runtime(format!("poll failed: {e}")));
-                stop_reason = StopReason::Deadline;
+                stop_reason = StopReason::Failure;
                 break;
             }
             continue;
@@ -355,34 +523,42 @@ pub fn run(config: Config) -> Result<i32> {
             }
         }
         let mut read_failure = None;
-        for (i, direction) in directions.iter_mut().enumerate() {
+        for i in 0..2 {
             if fds[i].revents & libc::POLLIN != 0 {
-                if let Err(e) = direction.read_batch(&clock, &mut flows, &mut pool) {
+                if let Err(e) = emulation.read(i, &clock, &mut flows, &mut pool) {
                     read_failure = Some(e);
                 }
             }
         }
         if let Some(e) = read_failure {
             failure = Some(e);
-            stop_reason = StopReason::Deadline;
+            stop_reason = StopReason::Failure;
             break;
         }
     }
     let end_us = clock.now_us();
     stop_endpoints(&mut endpoints, signalfd, &clock, config.grace);
-    let mut log_failure = None;
-    for direction in directions.iter_mut() {
-        if let Err(e) = direction.logs.finish() {
-            log_failure.get_or_insert(e);
-        }
+    // What the taps still hold (the last packets before the shells stopped).
+    for i in 0..2 {
+        let _ = emulation.read(i, &clock, &mut flows, &mut pool);
     }
-    drop(sender);
-    drop(receiver);
+    let (log_failure, [uplink_summary, downlink_summary]) = emulation.finish(&config, &clock);
+    let shells_errors = match &emulation {
+        Emulation::Mahimahi { shells, .. } => shells.errors(),
+        Emulation::Engine { .. } => String::new(),
+    };
+    let flow_count = match &emulation {
+        Emulation::Engine { .. } => flows.count(),
+        Emulation::Mahimahi { .. } => 0,
+    };
+    drop(emulation);
     unsafe { libc::close(signalfd) };
 
     let exits: Vec<serde_json::Value> = endpoints
         .iter()
-        .map(|r| {
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != shells_index)
+        .map(|(_, r)| {
             json!({
                 "side": r.spec.side.as_str(),
                 "command": r.spec.describe(),
@@ -395,32 +571,42 @@ pub fn run(config: Config) -> Result<i32> {
         })
         .collect();
     let reason_text = match &stop_reason {
-        StopReason::Deadline if failure.is_some() => "failure".to_string(),
+        StopReason::Failure => "failure".to_string(),
         StopReason::Deadline => "deadline".to_string(),
         StopReason::Signal(s) => signal_name(*s).to_string(),
+        StopReason::EndpointExited(i) if Some(*i) == shells_index => "mahimahi shells exited".to_string(),
         StopReason::EndpointExited(i) => format!("{} endpoint exited", endpoints[*i].spec.side.as_str()),
     };
     if let Some(path) = &config.summary {
-        let summary = json!({
+        let mut summary = json!({
             "init_timestamp_ms": clock.init_timestamp_ms,
             "duration_s": end_us as f64 / 1e6,
             "stop_reason": reason_text,
-            "uplink": directions[0].summary(),
-            "downlink": directions[1].summary(),
-            "flows": flows.count(),
+            "backend": config.backend.name(),
+            "timing": match config.timing { Timing::Mahimahi => "mahimahi", Timing::Ideal => "ideal" },
+            "uplink": uplink_summary,
+            "downlink": downlink_summary,
             "endpoints": exits,
         });
+        if matches!(config.backend, Backend::Engine) {
+            summary["flows"] = json!(flow_count);
+        }
         write_atomically(path, &serde_json::to_string_pretty(&summary).expect("json"))?;
     }
     if let Some(e) = failure.or(log_failure) {
         return Err(e);
     }
     match stop_reason {
-        StopReason::Deadline => Ok(0),
+        StopReason::Deadline | StopReason::Failure => Ok(0),
         StopReason::Signal(s) => {
             eprintln!("calibrate-link: stopped by {}; everything was cleaned up", signal_name(s));
             Ok(128 + s)
         }
+        StopReason::EndpointExited(i) if Some(i) == shells_index => Err(Error::runtime(format!(
+            "Mahimahi's shells exited on their own after {:.2} s ({}); everything was stopped",
+            endpoints[i].ended_us.unwrap_or(0) as f64 / 1e6,
+            if shells_errors.is_empty() { format!("status {}", endpoints[i].exit_code.unwrap_or(255)) } else { shells_errors }
+        ))),
         StopReason::EndpointExited(i) => {
             let r = &endpoints[i];
             let code = r.exit_code.unwrap_or(255);
