@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from calibrate.emulator import EmulatorConfig, Queue
+from calibrate.engine import Backend
 from calibrate.errors import InputError
 from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
 from calibrate.jsonfile import parse_json, read_json
@@ -104,6 +105,8 @@ class RunConfig:
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     pantheon_dir: str | None = None  # a Pantheon checkout whose wrappers run the target's schemes
     pantheon_python: str | None = None  # their interpreter
+    backend: str = "engine"  # what runs the emulations: our engine or the user's real Mahimahi
+    mahimahi_user: str | None = None  # the account Mahimahi's shells run as
 
     def __post_init__(self) -> None:
         if self.budget < 1:
@@ -121,6 +124,10 @@ class RunConfig:
             raise InputError(f"--time-limit must be positive seconds, got {self.time_limit_s}")
         if self.aggregate not in ("mean", "median"):
             raise InputError(f"--aggregate must be mean or median, got {self.aggregate!r}")
+        self.emulation_backend()  # validates the pair
+
+    def emulation_backend(self) -> Backend:
+        return Backend(self.backend, self.mahimahi_user)
 
     def initial_design(self, dim: int) -> int:
         """Sobol points after the warm start: `n_initial`, else 2·dim (the usual design for a GP
@@ -245,7 +252,8 @@ def emulator_of(values: Mapping[str, float], link: str, seed: int) -> EmulatorCo
 def tasks_of(problem: Problem, config: RunConfig, candidate: int,
              emulator: EmulatorConfig) -> list[RunTask]:
     """Every (scheme, replicate) run of one candidate emulator."""
-    return [RunTask(candidate, label, problem.schemes[label], replicate, emulator, problem.workload)
+    backend = config.emulation_backend()
+    return [RunTask(candidate, label, problem.schemes[label], replicate, emulator, problem.workload, backend)
             for label in problem.sharing()
             for replicate in range(1, config.replicates + 1)]
 

@@ -53,6 +53,56 @@ class Logs:
         return args
 
 
+#: What carries the packets (`calibrate-link --backend`).
+BACKENDS = ("engine", "mahimahi")
+#: Whose timing the engine reproduces (`calibrate-link --timing`): Mahimahi's processes, each
+#: with its own millisecond clock (default), or an idealised single clock.
+TIMINGS = ("mahimahi", "ideal")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What carries an emulation's packets: this project's engine (``engine``), or the user's
+    real Mahimahi shells (``mahimahi``: ``mm-delay``/``mm-loss``/``mm-link`` on PATH, setuid
+    root, run as the unprivileged ``mahimahi_user``), with the same endpoints, logs and
+    metrics either way. ``timing`` is the engine's timing model (``ideal`` keeps every stage
+    on one exact millisecond clock, unlike Mahimahi)."""
+
+    name: str = "engine"
+    mahimahi_user: str | None = None
+    timing: str = "mahimahi"
+
+    def __post_init__(self) -> None:
+        if self.name not in BACKENDS:
+            raise InputError(f"--backend must be one of {', '.join(BACKENDS)}, got {self.name!r}")
+        if self.timing not in TIMINGS:
+            raise InputError(f"timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        if self.mahimahi_user is not None and self.name != "mahimahi":
+            raise InputError("--mahimahi-user goes with --backend mahimahi")
+        if self.name == "mahimahi" and not self.mahimahi_user:
+            raise InputError("--backend mahimahi needs --mahimahi-user NAME: Mahimahi's shells "
+                             "refuse to run as root (create one with `useradd -m mahimahi`)")
+
+    def arguments(self) -> list[str]:
+        if self.name == "mahimahi":
+            return ["--backend", "mahimahi", "--mahimahi-user", str(self.mahimahi_user)]
+        return ["--timing", self.timing] if self.timing != "mahimahi" else []
+
+    def describe(self) -> str:
+        if self.name == "mahimahi":
+            return f"real Mahimahi (as {self.mahimahi_user})"
+        return "calibrate-link" + ("" if self.timing == "mahimahi" else f" ({self.timing} timing)")
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "mahimahi_user": self.mahimahi_user, "timing": self.timing}
+
+    @classmethod
+    def from_json(cls, data: "dict[str, object] | None") -> "Backend":
+        data = data or {}
+        return cls(str(data.get("name", "engine")), data.get("mahimahi_user"),  # type: ignore[arg-type]
+                   str(data.get("timing", "mahimahi")))
+
+
 @dataclass(frozen=True)
 class EngineResult:
     returncode: int
@@ -74,11 +124,12 @@ class EngineResult:
 
 
 def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
-            logs: Logs = Logs(), grace_s: float = 2.0) -> list[str]:
+            logs: Logs = Logs(), grace_s: float = 2.0, backend: Backend = Backend()) -> list[str]:
     """The engine's full command line; traces and the summary go to ``workdir``."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    args = [str(binaries.find(binaries.LINK))] + config.engine_args(workdir) + logs.arguments()
+    args = ([str(binaries.find(binaries.LINK))] + config.engine_args(workdir) + logs.arguments()
+            + backend.arguments())
     for endpoint in endpoints:
         args += ["--run", endpoint.argument()]
     if stop_after is not None:
@@ -87,12 +138,14 @@ def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: P
 
 
 def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
-        logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True) -> EngineResult:
+        logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True,
+        backend: Backend = Backend()) -> EngineResult:
     """Run one emulation to its end. With ``check``, a failure raises a typed error that
     carries the engine's one-line message."""
     if not endpoints:
         raise InputError("an emulation needs at least one endpoint command")
-    args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s)
+    args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s,
+                   backend=backend)
     summary_path = Path(workdir) / "engine-summary.json"
     summary_path.unlink(missing_ok=True)
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calibrate.emulator import EmulatorConfig
+from calibrate.engine import Backend
 from calibrate.errors import CalibrateError, EnvironmentProblem
 from calibrate.metrics import TOTAL
 from calibrate.objective import Failure, Stats
@@ -93,9 +94,14 @@ class RunTask:
     replicate: int  # 1-based; the run id, so the loss seed is seed·1000 + replicate
     emulator: EmulatorConfig
     workload: Workload
+    backend: Backend = Backend()
 
     @property
     def cpus(self) -> float:
+        # Real Mahimahi ferries packets through half a dozen normal-priority processes per path
+        # and is distorted by competition for the CPU: one core per run.
+        if self.backend.name == "mahimahi":
+            return CPU_CAP
         return cpu_share(self.emulator.rate_mbps or 0.0)
 
 
@@ -171,7 +177,7 @@ def run_task(task: RunTask, workdir: str | None = None) -> RunMetrics:
         with tempfile.TemporaryDirectory(prefix=f"calibrate-c{task.candidate}-{task.label}-",
                                          dir=workdir) as data_dir:
             outcome = run_scheme(task.emulator, task.scheme, run_id, task.workload, data_dir,
-                                 cc=task.label)
+                                 cc=task.label, backend=task.backend)
         if outcome.valid:
             return RunMetrics(task.candidate, task.label, task.replicate, _flows(outcome), None,
                               attempt, tuple(seeds), time.monotonic() - started, host)

@@ -148,8 +148,10 @@ class RunOutcome:
 
 
 def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: Workload,
-               data_dir: Path | str, *, cc: str | None = None, grace_s: float = 2.0) -> RunOutcome:
-    """Run one scheme once over one emulator, Pantheon-style, and measure it.
+               data_dir: Path | str, *, cc: str | None = None, grace_s: float = 2.0,
+               backend: engine.Backend = engine.Backend()) -> RunOutcome:
+    """Run one scheme once over one emulator, Pantheon-style, and measure it (over our engine,
+    or through the user's real Mahimahi shells with `backend`).
 
     Writes `<cc>_{datalink,acklink,mm_datalink,mm_acklink,stats}_run<N>.log` into `data_dir`
     (`cc` defaults to the scheme's name).  A failed run is returned with its reason, not
@@ -173,7 +175,8 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         config = replace(emulator, uplink_trace=up, downlink_trace=down, seed=seed)
         launched = dt.datetime.now(dt.timezone.utc)
         result = engine.run(config, flow_endpoints(scheme, workload), workdir=Path(workdir),
-                            stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False)
+                            stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
+                            backend=backend)
         summary_file = Path(workdir) / "engine-summary.json"
         if summary_file.exists():
             shutil.copyfile(summary_file, paths.engine_summary)
@@ -235,6 +238,7 @@ class Experiment:
     seed: int = 0
     parallel: int = 1
     start_run_id: int = 1
+    backend: engine.Backend = engine.Backend()
 
     def order(self) -> list[str]:
         """Labels in run order: shuffled once (test.py's --random-order), seeded so an
@@ -268,11 +272,12 @@ def metadata(experiment: Experiment) -> dict[str, object]:
         "mode": "local",
         "uplink_trace": Path(options["--uplink-trace"]).name,
         "downlink_trace": Path(options["--downlink-trace"]).name,
-        "git_summary": f"calibrate {_version()} (emulated by {ENGINE_NAME})",
+        "git_summary": f"calibrate {_version()} (emulated by {e.backend.describe()})",
         # What Pantheon does not record, and a rerun needs:
         "emulator": e.emulator.mahimahi_command(),
         "emulator_description": e.emulator.describe(),
         "engine": ENGINE_NAME,
+        "backend": e.backend.to_json(),
         "seed": e.seed,
         "loss_seed_rule": "run N uses loss seed seed*1000+N; traces come from seed",
         "scheme_order": e.order(),
@@ -337,7 +342,7 @@ def run_experiment(experiment: Experiment, progress: Progress | None = None) -> 
         if progress:
             progress("start", label, run_id, None)
         outcome = run_scheme(experiment.emulator, schemes[label], run_id, experiment.workload,
-                             data_dir, cc=label)
+                             data_dir, cc=label, backend=experiment.backend)
         if progress:
             progress("done", label, run_id, outcome)
         return outcome

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from calibrate.cli.common import add_backend_options, backend_from
 from calibrate.cli.schemes import add_pantheon_options, registry_from
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
@@ -64,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seed of Poisson traces, the random order and the losses (default: 0)")
     parser.add_argument("--json", action="store_true", help="print runs and per-scheme means as JSON")
     add_pantheon_options(parser)
+    add_backend_options(parser)
     parser.set_defaults(func=run)
     _one_line_errors(parser)
 
@@ -87,6 +89,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
     emulator = EmulatorConfig.parse(args.emulator, seed=args.seed)
+    backend = backend_from(args)
     schemes = registry_from(args).select(args.schemes)
     data_dir = prepare_data_dir(args.data_dir)
     existing = sorted(p for p in data_dir.iterdir() if _PANTHEON_FILE.match(p.name))
@@ -96,7 +99,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
     for path in existing:
         path.unlink()
     return Experiment(emulator, tuple(schemes), workload, data_dir, args.random_order, args.seed,
-                      args.parallel, args.start_run_id)
+                      args.parallel, args.start_run_id, backend)
 
 
 def run(args: argparse.Namespace) -> int:

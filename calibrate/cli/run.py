@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calibrate.cli.common import add_backend_options
 from calibrate.cli.schemes import add_pantheon_options
 from calibrate.cli.target import TARGET_HELP, _load, _source_options
 from calibrate.errors import EnvironmentProblem, InputError
@@ -77,6 +78,7 @@ def evaluation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-loss", action="store_true",
                         help="add the loss error to f (reported either way)")
     add_pantheon_options(parser)
+    add_backend_options(parser)
     _source_options(parser)
 
 
@@ -307,7 +309,8 @@ def run_config(args: argparse.Namespace, **search: Any):
                      replicates=args.replicates, seed=args.seed, aggregate=args.aggregate,
                      include_loss=args.include_loss,
                      pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
-                     pantheon_python=args.pantheon_python, **search)
+                     pantheon_python=args.pantheon_python, backend=args.backend,
+                     mahimahi_user=args.mahimahi_user, **search)
 
 
 def _run(args: argparse.Namespace) -> int:
