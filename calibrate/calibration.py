@@ -57,8 +57,8 @@ from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
 from calibrate.optimizers import Optimizer, make_optimizer
 from calibrate.schemes import Registry, Scheme, load_registry
-from calibrate.space import (PANTHEON_DELAY_BASED, PANTHEON_SATURATING, SearchSpace,
-                             space_from_target, warm_start)
+from calibrate.space import (PANTHEON_DELAY_BASED, PANTHEON_RATE_PROBING, PANTHEON_SATURATING,
+                             SchemeMeasurement, SearchSpace, space_from_target, warm_start)
 from calibrate.target import Target, Workload
 
 LINK_KINDS: tuple[str, ...] = ("constant", "poisson")
@@ -161,14 +161,16 @@ def emulator_seed(seed: int, link: str) -> int:
 # The problem: what is scored, over which space
 
 
-def _hints(labels: Sequence[str], schemes: Mapping[str, Scheme]) -> tuple[list[str], list[str]]:
-    """Saturating / delay-based labels for the space's rule, matched on every name a scheme has
-    (the target's label, its canonical name, our scheme's name and aliases)."""
+def _hints(labels: Sequence[str], schemes: Mapping[str, Scheme]
+           ) -> tuple[list[str], list[str], list[str]]:
+    """Saturating / delay-based / rate-probing labels for the space's rules, matched on every name
+    a scheme has (the target's label, its canonical name, our scheme's name and aliases)."""
     def names(label: str) -> set[str]:
         s = schemes.get(label)
         return {label, *(() if s is None else (s.name, *s.aliases))}
     return ([l for l in labels if names(l) & PANTHEON_SATURATING],
-            [l for l in labels if names(l) & PANTHEON_DELAY_BASED])
+            [l for l in labels if names(l) & PANTHEON_DELAY_BASED],
+            [l for l in labels if names(l) & PANTHEON_RATE_PROBING])
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     real: dict[Any, Stats] = {}
     schemes: dict[str, Scheme] = {}
     dropped: dict[str, str] = {}
-    space_stats: dict[str, tuple[float, float, float]] = {}
+    space_stats: dict[str, SchemeMeasurement] = {}
     for s in chosen:
         try:
             schemes[s.label] = registry.resolve(s.label)
@@ -225,17 +227,21 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
                                 f"{s.label}; try --aggregate mean")
             del schemes[s.label]
             continue
-        space_stats[s.label] = values[TOTAL]  # type: ignore[assignment]
+        space_stats[s.label] = s.measurement(config.aggregate)  # type: ignore[assignment]
         for flow in flow_keys:
             real[s.label if flows == 1 else (s.label, flow)] = Stats(*values[flow])  # type: ignore[misc]
     if not schemes:
         raise InputError("no scheme of the target can run here: "
                          + "; ".join(f"{k}: {v}" for k, v in dropped.items())
                          + " (see `calibrate schemes`)")
-    saturating, delay_based = _hints(list(space_stats), schemes)
-    space = space_from_target(space_stats, saturating or None, delay_based, overrides=config.bounds,
+    saturating, delay_based, rate_probing = _hints(list(space_stats), schemes)
+    # the target's per-packet evidence is physical, so every scheme's logs count, run here or not
+    evidence, runtime_s = target.evidence, target.workload.runtime_s
+    space = space_from_target(space_stats, rate_probing=rate_probing, evidence=evidence,
+                              runtime_s=runtime_s, overrides=config.bounds,
                               fixed=config.fixed)
-    start = warm_start(space_stats, saturating or None, delay_based, target.workload.runtime_s)
+    start = warm_start(space_stats, saturating or None, delay_based, runtime_s,
+                       rate_probing=rate_probing, evidence=evidence)
     return Problem(real, schemes, dropped, workload, space, start)
 
 

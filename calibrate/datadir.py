@@ -5,6 +5,11 @@ Per scheme and run the richest source present wins (spec §3–4): the run's ent
 calibrate.metrics and judged valid or not with Pantheon's rule; else its `<cc>_stats_run<N>.log`.
 A run that none of them yields is dropped with the reason, and the rest are used.
 `pantheon_metadata.json` is read in its 2016–17 form (`cc_schemes` one string) and the later one.
+Any log may be gzipped (`<name>.log.gz`).
+
+Per-packet evidence (`calibrate.evidence`) is read for every run in the target from its datalink
+log and its Mahimahi link log `<cc>_mm_datalink_run<N>.log`, where present, whichever source gave
+the run's numbers; a log that cannot be read for it leaves a note, not an error.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from calibrate.archive import Limits, extract_archive
 from calibrate.errors import InputError
+from calibrate.evidence import PathEvidence, RunEvidence, parse_link_log, read_log_bytes, run_evidence
 from calibrate.jsonfile import read_json
-from calibrate.metrics import (TOTAL, FlowMetrics, analyze_datalink_log, check_run,
-                               parse_stats_log, read_perf_json)
+from calibrate.metrics import (TOTAL, DatalinkLog, FlowMetrics, check_run, parse_datalink_log,
+                               parse_stats_log, read_perf_json, run_stats)
 from calibrate.target import (DroppedRun, Provenance, RunResult, SchemeResult, Target, Workload)
 
 if TYPE_CHECKING:
@@ -30,7 +36,8 @@ if TYPE_CHECKING:
 METADATA = "pantheon_metadata.json"
 PERF = "pantheon_perf.json"
 PANTHEON_DEFAULT_RUNTIME_S = 30.0  # test.py's default -t
-_LOG_RE = re.compile(r"^(?P<cc>.+)_(?P<kind>datalink|stats)_run(?P<run>\d+)\.log$")
+_LOG_RE = re.compile(r"^(?P<cc>.+)_(?P<kind>datalink|stats)_run(?P<run>\d+)\.log(?:\.gz)?$")
+MM_SUFFIX = "_mm"  # <cc>_mm_datalink_run<N>.log is Mahimahi's link log, not the merged one
 SOURCE_PERF, SOURCE_DATALINK, SOURCE_STATS = "pantheon_perf.json", "datalink log", "stats log"
 
 
@@ -144,24 +151,35 @@ def parse_title(filename: str) -> Title:
 
 
 def wanted_member(rel: str) -> bool:
-    """The archive members a reader needs (raw tunnel logs, acklinks and plots are skipped)."""
+    """The archive members a reader needs (raw tunnel logs, acklinks and plots are skipped; the
+    uplink Mahimahi link logs are kept for their evidence)."""
     base = rel.rsplit("/", 1)[-1]
     if base in (METADATA, PERF, "perf_data.pkl"):  # the pickle only to say it is not loaded
         return True
     m = _LOG_RE.match(base)
-    return bool(m) and not m.group("cc").endswith("_mm")
+    return bool(m) and (not m.group("cc").endswith(MM_SUFFIX) or m.group("kind") == "datalink")
 
 
-def _scan(directory: Path) -> tuple[dict[tuple[str, int], Path], dict[tuple[str, int], Path]]:
-    datalink: dict[tuple[str, int], Path] = {}
-    stats: dict[tuple[str, int], Path] = {}
-    for entry in sorted(directory.iterdir()):
+LogIndex = dict[tuple[str, int], Path]
+
+
+def _scan(directory: Path) -> tuple[LogIndex, LogIndex, LogIndex]:
+    """(merged datalink logs, stats logs, Mahimahi link logs) by (label, run); a plain file wins
+    over its gzipped twin."""
+    datalink: LogIndex = {}
+    stats: LogIndex = {}
+    links: LogIndex = {}
+    for entry in sorted(directory.iterdir(), key=lambda e: (e.name.endswith(".gz"), e.name)):
         m = _LOG_RE.match(entry.name)
-        if not m or not entry.is_file() or m.group("cc").endswith("_mm"):
-            continue  # <cc>_mm_datalink_run<N>.log is the raw mm-link log, not the merged one
-        key = (m.group("cc"), int(m.group("run")))
-        (datalink if m.group("kind") == "datalink" else stats)[key] = entry
-    return datalink, stats
+        if not m or not entry.is_file():
+            continue
+        cc, run = m.group("cc"), int(m.group("run"))
+        if cc.endswith(MM_SUFFIX):
+            if m.group("kind") == "datalink":
+                links.setdefault((cc[: -len(MM_SUFFIX)], run), entry)
+            continue
+        (datalink if m.group("kind") == "datalink" else stats).setdefault((cc, run), entry)
+    return datalink, stats, links
 
 
 def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
@@ -176,7 +194,7 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
 
     perf: dict[str, dict[int, dict[str, FlowMetrics]]] = {}
     perf_path = perf_file or directory / PERF
-    datalink, stats = _scan(directory)
+    datalink, stats, links = _scan(directory)
     if perf_path.is_file():
         try:
             perf = read_perf_json(perf_path)
@@ -206,6 +224,7 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
 
     schemes: list[SchemeResult] = []
     all_dropped: list[DroppedRun] = []
+    evidence: list[RunEvidence] = []
     sources: dict[str, int] = {}
     earliest_init: float | None = None
     for label in labels:
@@ -214,7 +233,7 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
         results: list[RunResult] = []
         dropped: list[DroppedRun] = []
         for run in runs:
-            result, reason, init = _read_run(label, run, perf, datalink, stats, runtime)
+            result, reason, init, parsed = _read_run(label, run, perf, datalink, stats, runtime)
             if init is not None:
                 earliest_init = init if earliest_init is None else min(earliest_init, init)
             if result is None:
@@ -222,6 +241,9 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
             else:
                 results.append(result)
                 sources[result.source] = sources.get(result.source, 0) + 1
+                found = _run_evidence(label, run, result, parsed, datalink, links, notes)
+                if found is not None:
+                    evidence.append(found)
         all_dropped += dropped
         if results:
             schemes.append(SchemeResult.of_runs(label, results, dropped))
@@ -247,7 +269,31 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
                    date=base.date or date,
                    path_description=base.path_description or (meta.path_description if meta else None),
                    notes=tuple(base.notes) + tuple(notes) + ((era,) if era else ()))
-    return Target(tuple(schemes), workload, prov, tuple(all_dropped), name=prov.name)
+    return Target(tuple(schemes), workload, prov, tuple(all_dropped), name=prov.name,
+                  evidence=PathEvidence(tuple(evidence)) if evidence else None)
+
+
+def _run_evidence(label: str, run: int, result: RunResult, parsed: DatalinkLog | None,
+                  datalink: LogIndex, links: LogIndex, notes: list[str]) -> RunEvidence | None:
+    """The run's per-packet evidence from its logs (None without any); an unreadable log leaves a
+    note and no evidence from it."""
+    if parsed is None and (label, run) in datalink:
+        path = datalink[(label, run)]
+        try:
+            parsed = parse_datalink_log(path, data=read_log_bytes(path))
+        except InputError as error:
+            notes.append(f"no evidence from {path.name}: {error}")
+    link = None
+    if (label, run) in links:
+        try:
+            link = parse_link_log(links[(label, run)])
+        except InputError as error:
+            notes.append(f"no evidence from {links[(label, run)].name}: {error}")
+    if parsed is None and link is None:
+        return None
+    total = result.flows.get(TOTAL)
+    return run_evidence(label, run, datalink=parsed, link=link,
+                        one_way_p95_ms=None if total is None else total.delay_ms)
 
 
 def _ordered(labels: Iterable[str]) -> list[str]:
@@ -262,37 +308,41 @@ def _flows_seen(schemes: list[SchemeResult]) -> int:
 
 
 def _read_run(label: str, run: int, perf, datalink, stats, runtime: float
-              ) -> tuple[RunResult | None, str | None, float | None]:
-    """One run from the richest source; (result, why-dropped, log init timestamp)."""
+              ) -> tuple[RunResult | None, str | None, float | None, DatalinkLog | None]:
+    """One run from the richest source; (result, why-dropped, log init timestamp, the datalink
+    log when it was parsed)."""
     if run in perf.get(label, {}):
-        return RunResult(run, perf[label][run], SOURCE_PERF), None, None
+        return RunResult(run, perf[label][run], SOURCE_PERF), None, None, None
     reasons = []
     if perf:
         reasons.append(f"not in {PERF}")
     if (label, run) in datalink:
         path = datalink[(label, run)]
         try:
-            run_stats = analyze_datalink_log(path)
+            log = parse_datalink_log(path, data=read_log_bytes(path))
         except InputError as error:
-            return None, "; ".join(reasons + [str(error)]), None
-        validity = check_run(run_stats, runtime)
+            return None, "; ".join(reasons + [str(error)]), None, None
+        computed = run_stats(log)
+        validity = check_run(computed, runtime)
         if not validity.valid:
             return None, "; ".join(reasons + [f"{path.name}: {validity.reason}"]), \
-                run_stats.init_timestamp_ms
-        return RunResult(run, run_stats.metrics(), SOURCE_DATALINK), None, run_stats.init_timestamp_ms
+                computed.init_timestamp_ms, None
+        return (RunResult(run, computed.metrics(), SOURCE_DATALINK), None,
+                computed.init_timestamp_ms, log)
     if (label, run) in stats:
         path = stats[(label, run)]
         try:
-            log = parse_stats_log(path)
+            log_text = read_log_bytes(path).decode("utf-8", errors="replace")
+            stats_log = parse_stats_log(path, text=log_text)
         except InputError as error:
-            return None, "; ".join(reasons + [str(error)]), None
-        if log.flows is None:
+            return None, "; ".join(reasons + [str(error)]), None, None
+        if stats_log.flows is None:
             why = f"{path.name} has no statistics block (Pantheon discarded the run"
-            why += f": {log.discarded_reason})" if log.discarded_reason else ")"
-            return None, "; ".join(reasons + [why]), None
-        return RunResult(run, log.flows, SOURCE_STATS), None, None
+            why += f": {stats_log.discarded_reason})" if stats_log.discarded_reason else ")"
+            return None, "; ".join(reasons + [why]), None, None
+        return RunResult(run, stats_log.flows, SOURCE_STATS), None, None, None
     reasons.append(f"no {label}_datalink_run{run}.log or {label}_stats_run{run}.log")
-    return None, "; ".join(reasons), None
+    return None, "; ".join(reasons), None, None
 
 
 # ----------------------------------------------------------------------------------------------

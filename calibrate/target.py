@@ -2,8 +2,10 @@
 
 Per scheme (canonical name plus the label the source used) and per flow plus "all": the
 per-run throughput, p95 one-way delay and loss of the valid runs, their aggregates, the runs that
-were dropped and why; the workload; where the numbers came from.  A summary table has aggregates
-but no per-run values, and a Target says so (`runs` is empty) rather than inventing runs.
+were dropped and why; the workload; where the numbers came from; and, where the source has
+per-packet logs, what they show beyond those numbers (`calibrate.evidence`: the smallest one-way
+delay, the link's capacity and queue, its drops).  A summary table has aggregates but no per-run
+values, and a Target says so (`runs` is empty, `evidence` None) rather than inventing them.
 
 `load_target(spec)` turns what a user types (a bundled name, a result ID, an archive, a data dir,
 a summary table, a saved target JSON) into a Target; the readers live in their own modules.
@@ -21,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from calibrate.aliases import canonical_scheme
 from calibrate.errors import InputError
+from calibrate.evidence import PathEvidence
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
+from calibrate.space import SchemeMeasurement
 
 if TYPE_CHECKING:  # the readers import this module; import them lazily at run time
     from calibrate.result_id import FetchOptions
@@ -114,6 +118,20 @@ class SchemeResult:
     def total(self) -> FlowSummary:
         return self.summary[TOTAL]
 
+    def measurement(self, aggregate: str = "mean") -> SchemeMeasurement | None:
+        """Its whole-connection statistics as the search space reads them: each metric's
+        `aggregate` ("mean" or "median") over the runs, its standard deviation, the runs; None
+        where a metric has no value."""
+        total = self.summary.get(TOTAL)
+        if total is None:
+            return None
+        metrics = (total.tput_mbps, total.delay_ms, total.loss)
+        centre = [getattr(m, aggregate) for m in metrics]
+        if None in centre:
+            return None
+        return SchemeMeasurement(*centre, *(m.std or 0.0 for m in metrics),
+                                 runs=max(self.n_runs, 1))
+
     def to_json(self) -> dict[str, Any]:
         return {"scheme": self.scheme, "label": self.label, "n_runs": self.n_runs,
                 "summary": {key: s.to_json() for key, s in self.summary.items()},
@@ -186,6 +204,7 @@ class Target:
     provenance: Provenance
     dropped: tuple[DroppedRun, ...] = ()  # runs or schemes left out, with the reason
     name: str = field(default="")
+    evidence: PathEvidence | None = None  # per-packet logs' findings; None: the source had none
 
     def __post_init__(self) -> None:
         names = [s.scheme for s in self.schemes]
@@ -217,7 +236,8 @@ class Target:
                 "workload": self.workload.to_json(), "provenance": self.provenance.to_json(),
                 "schemes": [s.to_json() for s in self.schemes],
                 "dropped": [{"label": d.label, "run": d.run, "reason": d.reason}
-                            for d in self.dropped]}
+                            for d in self.dropped],
+                **({} if self.evidence is None else {"evidence": self.evidence.to_json()})}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
@@ -236,7 +256,9 @@ class Target:
                                                                     "source": source})),
                        tuple(DroppedRun(str(d["label"]), d.get("run"), str(d["reason"]))
                              for d in data.get("dropped", [])),
-                       str(data.get("name", "")))
+                       str(data.get("name", "")),
+                       None if data.get("evidence") is None
+                       else PathEvidence.from_json(data["evidence"]))
         except (KeyError, TypeError, ValueError) as error:
             raise InputError(f"{source}: malformed calibrate target ({type(error).__name__}: "
                              f"{error}); regenerate it with `calibrate target show --write`") from None

@@ -166,3 +166,38 @@ def add_tar_member(tar: tarfile.TarFile, name: str, data: bytes = b"x", **attrs)
     for key, value in attrs.items():
         setattr(info, key, value)
     tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+
+
+def mm_link_log_text(*, opportunities: np.ndarray, arrivals: np.ndarray, queue: int,
+                     init: int = 1_795_443_106_312) -> tuple[str, dict]:
+    """A Mahimahi uplink log (spec/mahimahi.md §1.5) of MTU packets arriving at `arrivals` (whole
+    ms) at a DropTail queue of `queue` packets served at `opportunities` (whole ms), simulated
+    with Mahimahi's order: opportunities up to now are served before a packet that arrives now
+    is enqueued.  Returns the text and what was simulated: drops, departure delays (ms)."""
+    lines = ["# mahimahi mm-link (Uplink) [/tmp/x.trace] > /tmp/x.log", "# command line: REDACTED",
+             "# queue: REDACTED", f"# init timestamp: {init}", "# base timestamp: 33",
+             "# mahimahi config: REDACTED"]
+    waiting: list[int] = []
+    delays: list[int] = []
+    drops = 0
+    opps, arrs = list(map(int, opportunities)), list(map(int, arrivals))
+    i = j = 0
+    while i < len(opps) or j < len(arrs):
+        if i < len(opps) and (j >= len(arrs) or opps[i] <= arrs[j]):
+            t = opps[i]
+            i += 1
+            lines.append(f"{t} # 1504")
+            if waiting:
+                arrived = waiting.pop(0)
+                delays.append(t - arrived)
+                lines.append(f"{t} - 1504 {t - arrived}")
+        else:
+            t = arrs[j]
+            j += 1
+            lines.append(f"{t} + 1504")
+            if len(waiting) >= queue:
+                drops += 1
+                lines.append(f"{t} d 1 1504")
+            else:
+                waiting.append(t)
+    return "\n".join(lines) + "\n", {"drops": drops, "delays": np.array(delays)}

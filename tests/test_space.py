@@ -1,4 +1,4 @@
-"""The search space: unit-cube map, fixed parameters, bounds rule and warm start on Nepal."""
+"""The search space: unit-cube map, fixed parameters, bounds rule and warm start on Nepal and\nthe README numbers of shared/data/mahimahi-targets (the property test is test_bounds_property.py)."""
 
 import math
 
@@ -11,6 +11,7 @@ from calibrate.errors import InputError
 from calibrate.space import (
     LOSS_KNEE,
     PARAMETERS,
+    SchemeMeasurement,
     SearchSpace,
     bounds_from_target,
     space_from_target,
@@ -53,29 +54,91 @@ def test_warm_start_on_nepal():
     assert w["queue"] == 193
 
 
+def _wilson_upper(p: float, n: float, z: float = 5.0) -> float:
+    """The Wilson score interval's upper end, written out independently of calibrate.space."""
+    return (p + z * z / (2 * n) + z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
+
+
 def test_bounds_rule_on_nepal():
-    b = bounds_from_target(NEPAL)
-    rate = 9.57 / (1 - 0.00575)
-    assert b["rate"] == pytest.approx((rate / 2, rate * 2))
-    assert b["delay"] == (0.0, 35.0)  # floor(36.34 - 1 ms margin)
-    assert b["queue"] == (49.0, 770.0)  # ceil(192.66 / 4), floor(192.66 * 4)
-    assert b["loss"] == pytest.approx((0.0, 0.01))  # 2 x smallest loss (scream .39 %) < 1 % floor
+    # The rule changed from a neighbourhood of the warm start (rate x0.5-2, queue /4-x4, loss
+    # 2 x the smallest loss with a 1 % floor) to physical bounds (bounds_from_target's docstring)
+    b = bounds_from_target(NEPAL)  # bare triples: one run each, no scatter; runtime 30 s
+    packets = lambda tput: tput * 1e6 * 30 / 12000  # noqa: E731  (MTU packets in a 30 s run)
+    # loss: the least lossy scheme's Wilson upper bound (5 standard errors) over its packets:
+    # koho_cc's 0.60 % over 8.90 Mbit/s x 30 s (scream's 0.39 % is over only 0.75 Mbit/s)
+    loss_hi = _wilson_upper(0.0060, packets(8.90))
+    assert b["loss"] == pytest.approx((0.0, loss_hi)) and loss_hi == pytest.approx(0.0092, abs=1e-4)
+    # rate low: the best throughput (saturator 9.57) less 5/sqrt(N) for a Poisson trace's count
+    low = 9.57 / (1 + 5 / math.sqrt(packets(9.57)))
+    # rate high: the rate-probing saturator keeps >= 75 % of the link busy
+    high = 9.57 * (1 + 5 / math.sqrt(packets(9.57))) / (0.75 * (1 - loss_hi))
+    assert b["rate"] == pytest.approx((low, high))
+    assert b["delay"] == (0.0, 36.0)  # floor of the smallest p95 (scream 36.34)
+    # queue: 1 packet to max(4 s of 13.3 Mbit/s = 4431 packets, 10 000)
+    assert b["queue"] == (1.0, 10_000.0)
 
 
-def test_warm_start_lies_inside_derived_space_at_rate_centre():
+def test_rate_bounds_with_and_without_a_rate_probing_scheme():
+    # M2 of shared/data/mahimahi-targets (30 Mbit/s, 10 ms, 400 packets, 0.2 % loss), its README's
+    # means: Reno's p95 sits 10.5 ms above Cubic's though Reno used half the link (its slow-start
+    # overshoot), so a loss-based scheme's queue is no evidence of a busy link
+    m2 = {"bbr": (29.37, 38.5, 0.0020), "cubic": (14.59, 25.5, 0.0020), "reno": (15.29, 36.0, 0.0056)}
+    loss_based = {k: v for k, v in m2.items() if k != "bbr"}
+    low, high = bounds_from_target(loss_based)["rate"]
+    assert low < 15.29 and high == 500.0  # nothing bounds the rate from above: the top
+    low, high = bounds_from_target(m2)["rate"]
+    assert low < 29.37 < 30 < high < 45  # BBR's throughput / 0.75 bounds it
+    # the rate-probing hint decides which schemes count
+    assert bounds_from_target(m2, rate_probing=())["rate"][1] == 500.0
+
+
+def test_scatter_widens_the_bounds():
+    one_run = {"bbr": SchemeMeasurement(10.0, 50.0, 0.01)}
+    scattered = {"bbr": SchemeMeasurement(10.0, 50.0, 0.01, throughput_sd=1.0, loss_sd=0.002)}
+    a, b = bounds_from_target(one_run), bounds_from_target(scattered)
+    assert b["rate"][0] < a["rate"][0] and b["rate"][1] > a["rate"][1]
+    assert b["loss"][1] == pytest.approx(a["loss"][1] + 2 * 0.002)
+    # more runs mean more packets counted: a tighter loss bound
+    three = {"bbr": SchemeMeasurement(10.0, 50.0, 0.01, runs=3)}
+    assert bounds_from_target(three)["loss"][1] < a["loss"][1]
+
+
+def test_warm_start_lies_inside_derived_space():
+    # the bounds are no longer centred on the warm start; the warm start is clipped into them
     space = space_from_target(NEPAL)
     u = space.from_values(warm_start(NEPAL))
     assert np.all((u >= 0) & (u <= 1))
-    assert u[0] == pytest.approx(0.5)  # rate bounds are log-symmetric around the warm start
     assert space.to_values(u) == pytest.approx(warm_start(NEPAL))
+
+
+def test_warm_start_without_a_delay_based_scheme_halves_the_smallest_p95():
+    # every scheme fills the queue (M1 of shared/data/mahimahi-targets: 12 Mbit/s, 30 ms, 60
+    # packets): the former rule (smallest p95 - 4 packet times) said 62 ms
+    m1 = {"bbr": (11.58, 66.0, 0.0053), "cubic": (11.83, 90.0, 0.0021), "reno": (11.77, 89.0, 0.0044)}
+    w = warm_start(m1, runtime_s=30.0)
+    assert w["delay"] == 33
+    # the best throughput of any scheme; loss 0 after the in-flight correction (Cubic's 0.21 %
+    # less 90 ms / 30 s)
+    assert w["rate"] == pytest.approx(11.83) and w["loss"] == 0.0
+    assert w["queue"] == round((90.0 - 33.0) * 11.83 / 12)
+
+
+def test_warm_start_is_clipped_into_the_bounds():
+    # a lossy delay-based scheme makes the loss heuristic (its median) exceed what the least
+    # lossy scheme allows
+    stats = {"vegas": (5.0, 40.0, 0.05), "cubic": (9.0, 90.0, 0.001)}
+    bounds = bounds_from_target(stats)
+    assert warm_start(stats)["loss"] == bounds["loss"][1] < 0.05
 
 
 def test_hints_change_the_estimate():
     # only the saturator counts as saturating -> same rate, smaller delay spread
     w = warm_start(NEPAL, saturating={"saturator"}, delay_based={"vegas"})
-    assert w["loss"] == pytest.approx(0.0116)
-    assert w["rate"] == pytest.approx(9.57 / (1 - 0.0116))
-    assert w["queue"] == round((220.21 - (36.34 - 4 * 12 / w["rate"])) * w["rate"] / 12)
+    rate = 9.57 / (1 - 0.0116)  # Vegas's loss, the only delay-based scheme's
+    assert w["rate"] == pytest.approx(rate)
+    assert w["queue"] == round((220.21 - (36.34 - 4 * 12 / rate)) * rate / 12)
+    # ... but Vegas's 1.16 % is above what the least lossy scheme allows: clipped to the bound
+    assert w["loss"] == pytest.approx(bounds_from_target(NEPAL)["loss"][1])
     # no saturating scheme present: fall back to the best throughput of all schemes;
     # no delay-based one: the smallest loss of all
     w = warm_start({"a": (3.0, 50.0, 0.02), "b": (1.0, 40.0, 0.01)}, saturating=(), delay_based=())

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from calibrate.errors import InputError
+from calibrate.evidence import PathEvidence
 from calibrate.metrics import TOTAL, Aggregate
 
 TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
@@ -132,11 +133,56 @@ def _show(args: argparse.Namespace) -> int:
                     loss = "–" if m.loss is None else f"{100 * m.loss:.2f}"
                     console.print(f"  {scheme.scheme} run {run.run}: {m.tput_mbps:.2f} Mbit/s, "
                                   f"{delay} ms, {loss} % ({run.source})", highlight=False)
+    if target.evidence is not None:
+        _show_evidence(console, target.evidence)
     if target.dropped:
         console.print(f"[yellow]dropped {len(target.dropped)}:[/yellow]")
         for dropped in target.dropped:
             console.print(f"  {dropped}", highlight=False, soft_wrap=True, markup=False)
     return 0
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _show_evidence(console, evidence: PathEvidence) -> None:
+    """Per scheme and for the whole path, what the per-packet logs show (calibrate.evidence)."""
+    from rich.table import Table
+
+    table = Table(title="per-packet evidence (the logs of every valid run; delay ≤: p95 one-way − "
+                        "time in the link; most pkts: most packets in the link at once)",
+                  title_justify="left")
+    for column in ("scheme", "runs", "min 1-way ms", "delay ≤ ms", "max link ms", "most pkts",
+                   "drops (runs)", "capacity Mbit/s", "kind"):
+        table.add_column(column, justify="left" if column == "scheme" else "right")
+    for label in evidence.labels:
+        e = evidence.of_scheme(label)
+        most = [r.max_in_link for r in e.runs if r.max_in_link is not None]
+        drops = "–" if e.drops is None else f"{e.drops} ({e.dropping_runs}/{e.link_logged_runs})"
+        table.add_row(label, str(len(e.runs)), _num(e.min_delay_ms, ".1f"),
+                      _num(e.propagation_max_ms, ".1f"), _num(e.max_link_delay_ms, ".0f"),
+                      _num(max(most) if most else None, "d"), drops, _num(e.capacity_mbps, ".3f"),
+                      e.deliveries or "–")
+    console.print(table)
+    facts = []
+    if evidence.min_delay_ms is not None:
+        facts.append(f"smallest one-way delay {evidence.min_delay_ms:.1f} ms")
+    if evidence.propagation_max_ms is not None:
+        facts.append(f"propagation delay ≤ {evidence.propagation_max_ms:.1f} ms (p95 one-way − "
+                     f"p95 in link: {_num(evidence.propagation_ms, '.1f')} ms)")
+    low, high = evidence.queue_at_least, evidence.queue_at_most
+    if low is not None:
+        span = f"{low}" if high == low else f"{low}–{high}"
+        facts.append(f"DropTail queue {span} packets (from the packets in the link at its drops)"
+                     if high is not None else f"DropTail queue ≥ {low} packets (it never dropped)")
+    if evidence.capacity_mbps is not None:
+        noise = evidence.capacity_noise
+        facts.append(f"capacity {evidence.capacity_mbps:.3f} Mbit/s"
+                     + (f" (± {100 * noise:.1f} % per run)" if noise is not None else "")
+                     + (f", {evidence.deliveries} deliveries" if evidence.deliveries else ""))
+    if facts:
+        console.print("path: " + "; ".join(facts), highlight=False, soft_wrap=True)
 
 
 def _plot(args: argparse.Namespace) -> int:
