@@ -19,14 +19,15 @@ The run directory:
 - ``target.json``: the target as loaded, so a resume does not depend on fetching it again;
 - ``evaluations.jsonl``: the journal, one finished evaluation per line, in the order the
   optimizers were told (parameters, unit point, seeds, per-scheme metrics and runs, f, noise,
-  timing);
-- ``result.json``: written at the end: per link kind the best candidate and its per-scheme
-  real-vs-emulated table, and which link kind wins.
+  timing, phase: search or refine; lines written before phases existed are search lines);
+- ``result.json``: written at the end: per link kind the best candidate, its per-scheme
+  real-vs-emulated table and the ranges of values indistinguishable from it, and which link
+  kind wins.
 
 `resume` rebuilds each optimizer by telling it the journal's evaluations in order (the
-optimizers' proposals are a pure function of their history, `calibrate.optimizers.base`);
-candidates that were running when the run stopped are not in the journal, so they are simply
-proposed again.
+optimizers' proposals, and the refinement's, are a pure function of their history,
+`calibrate.optimizers.base`); candidates that were running when the run stopped are not in the
+journal, so they are simply proposed again.
 
 Seeds: each link kind's emulator seed is derived from the run's seed (it makes the Poisson
 trace, the same for every candidate of that search, so candidates differ only in their
@@ -48,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from calibrate import refinement
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Backend
 from calibrate.errors import InputError
@@ -56,6 +58,7 @@ from calibrate.jsonfile import parse_json, read_json
 from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
 from calibrate.optimizers import Optimizer, make_optimizer
+from calibrate.ranges import Ranges, ranges_of
 from calibrate.schemes import Registry, Scheme, load_registry
 from calibrate.space import (PANTHEON_DELAY_BASED, PANTHEON_RATE_PROBING, PANTHEON_SATURATING,
                              SchemeMeasurement, SearchSpace, space_from_target, warm_start)
@@ -72,13 +75,24 @@ FORMAT_VERSION = 1
 #: seconds between checks of the deadline and progress while tasks run
 POLL_S = 0.5
 
-#: The expected-improvement stop: a search ends early when no point is expected to improve on
-#: the best f by EI_STOP_FRACTION of it (relative: 0.1 point is a lot at f = 1 %, nothing at
-#: 50 %), and only once EI_STOP_AFTER of its budget is spent (the GP's early EI is unreliable:
-#: on benchmark targets an absolute 0.1-point rule fired after 14–32 of 40 evaluations with f
-#: still 3–5 times what was reachable).
-EI_STOP_FRACTION = 0.01
-EI_STOP_AFTER = 0.5
+#: How a search spends its budget, in full.  It searches the whole space with its optimizer
+#: until (a) `REFINE_SHARE` of its budget is left (rounded; the last 5 of 24), or (b) earlier,
+#: its model is confident that no point beats the incumbent by more than the measured noise
+#: (`Optimizer.improvement_ruled_out`; the rule and its constants are in
+#: calibrate.optimizers.base), checked after each evaluation once `STOP_AFTER` of the budget is
+#: spent (a GP fitted on a handful of points can be confidently wrong).  It never stops merely
+#: because EI at the proposals is small: on a real target "EI < 1 % of f" stopped a search after
+#: 18 of 24 evaluations at f = 15.6 % while 4.6 % was reachable.  What is left of the budget goes
+#: to the local refinement (`calibrate.refinement`): the incumbent's not yet evaluated
+#: neighbours in delay (±1, ±2 ms), queue, rate and loss, the model's lowest posterior means
+#: first, following the incumbent as it moves.  When every neighbour of the incumbent has been
+#: evaluated, a search that reached (b) ends (`CONVERGED`); one that reached (a) takes its
+#: optimizer's proposals again.  Random search has no model: no (b), no refinement, its whole
+#: budget is its own sequence.  Each journal line records its phase ("search" or "refine") and
+#: whether (b) held after it ("confident"), so a resumed search continues in the same phase.
+STOP_AFTER = 0.5
+REFINE_SHARE = 0.2
+CONVERGED = "converged: improvement ruled out and the incumbent's neighbours evaluated"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -379,6 +393,7 @@ class Candidate:
     values: dict[str, float]
     emulator: EmulatorConfig
     tasks: dict[Any, RunTask]  # ObjectRef -> task
+    phase: str = "search"  # "search" (the optimizer's proposal) or "refine" (calibrate.refinement)
     results: list[RunMetrics] = field(default_factory=list)
     started: float = field(default_factory=time.time)
 
@@ -396,6 +411,8 @@ class Search:
     records: list[dict[str, Any]] = field(default_factory=list)
     running: dict[int, Candidate] = field(default_factory=dict)
     stopped: str | None = None  # why it proposes no more
+    confident: bool = False  # the model ruled out improvement elsewhere (rule above STOP_AFTER)
+    ranges: Ranges | None = None  # values indistinguishable from the best, after the last tell
 
     @property
     def best_f(self) -> float | None:
@@ -415,6 +432,8 @@ class ProgressInfo:
     eta_s: float | None
     stopped: Mapping[str, str | None]
     latest: Sequence[Mapping[str, Any]] = ()  # evaluations finished since the last call
+    refining: Mapping[str, bool] = field(default_factory=dict)  # link -> in its local refinement
+    ranges: Mapping[str, Ranges | None] = field(default_factory=dict)  # link -> after the last tell
 
 
 Progress = Callable[[ProgressInfo], None]
@@ -502,6 +521,7 @@ class Calibration:
                 opt.tell([r["x"] for r in mine], [r["f"] for r in mine],
                          [r["noise"] for r in mine])
                 search.records = mine
+                search.confident = any(r.get("confident", False) for r in mine)
             searches[link] = search
         elapsed = max((r.get("elapsed_s", 0.0) for r in records), default=0.0)
         next_id = max((r["candidate"] for r in records), default=-1) + 1
@@ -517,12 +537,29 @@ class Calibration:
         return (search.stopped is None
                 and len(search.records) + len(search.running) < self.config.budget)
 
-    def _propose(self, search: Search, evaluator: Evaluator) -> Candidate:
-        """Ask for one candidate and submit its tasks."""
-        (x,) = search.optimizer.ask(1)
+    def _refining(self, search: Search) -> bool:
+        """Whether the search's next candidate comes from its local refinement (the rule above
+        `STOP_AFTER`)."""
+        opt = search.optimizer
+        left = self.config.budget - len(search.records) - len(search.running)
+        return (opt.model_based and opt.design_done
+                and (search.confident or left <= round(REFINE_SHARE * self.config.budget)))
+
+    def _propose(self, search: Search, evaluator: Evaluator) -> Candidate | None:
+        """Ask for one candidate and submit its tasks.  None when the search has nothing to
+        propose now: it converged (`stopped` says so), or its refinement waits for its running
+        neighbours to tell where the incumbent is."""
+        refining = self._refining(search)
+        xs = refinement.propose(search.optimizer, self.problem.space) if refining else []
+        if refining and not xs and search.confident:
+            if not search.running:
+                search.stopped = CONVERGED
+            return None
+        x = xs[0] if xs else search.optimizer.ask(1)[0]
         values = self.problem.space.to_values(x)
         emulator = emulator_of(values, search.link, emulator_seed(self.config.seed, search.link))
-        candidate = Candidate(self._next_id, search.link, x, values, emulator, {})
+        candidate = Candidate(self._next_id, search.link, x, values, emulator, {},
+                              "refine" if xs else "search")
         self._next_id += 1
         for task in self.tasks(candidate.id, emulator):
             candidate.tasks[evaluator.submit(task)] = task
@@ -548,6 +585,9 @@ class Calibration:
         error = self.score(candidate.results)
         noise = _clean(error.noise)
         search.optimizer.tell([candidate.x], [error.f], [math.nan if noise is None else noise])
+        told = len(search.records) + 1
+        if not search.confident and STOP_AFTER * self.config.budget <= told < self.config.budget:
+            search.confident = search.optimizer.improvement_ruled_out()
         finished = time.time()
         record = {
             "index": sum(len(s.records) for s in self.searches.values()),
@@ -569,38 +609,44 @@ class Calibration:
             "finished_at": dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
             "seconds": round(finished - candidate.started, 3),
             "elapsed_s": round(self.elapsed_before + time.monotonic() - session_start, 3),
+            "phase": candidate.phase,
+            "confident": search.confident,
         }
         append_journal(self.run_dir / JOURNAL, jsonable(record))
         search.records.append(record)
+        search.ranges = ranges_of(search.optimizer, self.problem.space)
         self._latest.append({"link": search.link, "n": len(search.records), "f": error.f,
                              "noise": noise, "emulator": record["emulator"]})
         del search.running[candidate.id]
-        if (search.stopped is None and EI_STOP_AFTER * self.config.budget <= len(search.records)
-                < self.config.budget and search.optimizer.expected_improvement_negligible(
-                    EI_STOP_FRACTION * min(r["f"] for r in search.records))):
-            search.stopped = "expected improvement negligible"
 
     def run(self, evaluator: Evaluator, progress: Progress | None = None) -> dict[str, Any]:
-        """Evaluate until every search is stopped (budget, time, EI); write result.json."""
+        """Evaluate until every search is stopped (budget, time, converged); write result.json."""
         session_start = time.monotonic()
         owner: dict[Any, Candidate] = {}  # ObjectRef -> its candidate
         slots = evaluator.slots
         for search in self.searches.values():
             if len(search.records) >= self.config.budget:
                 search.stopped = "budget"
+            if search.records:  # a resumed search: the live display shows them from the start
+                search.ranges = ranges_of(search.optimizer, self.problem.space)
         try:
             while True:
                 if self._deadline_passed(session_start):
                     for s in self.searches.values():
                         s.stopped = s.stopped or "time limit"
                 # propose while a slot would otherwise idle
+                waiting: set[str] = set()  # searches with nothing to propose until a tell
                 while len(owner) < slots:
-                    open_ = [s for s in self.searches.values() if self._want_more(s)]
+                    open_ = [s for s in self.searches.values()
+                             if self._want_more(s) and s.link not in waiting]
                     if not open_:
                         break
                     search = min(open_, key=lambda s: (len(s.records) + len(s.running),
                                                        LINK_KINDS.index(s.link)))
                     candidate = self._propose(search, evaluator)
+                    if candidate is None:
+                        waiting.add(search.link)
+                        continue
                     owner.update({ref: candidate for ref in candidate.tasks})
                 if not owner:
                     break
@@ -637,13 +683,17 @@ class Calibration:
         latest, self._latest = self._latest, []
         return ProgressInfo(done, self.config.budget, {l: s.best_f for l, s in self.searches.items()},
                             running_tasks, sum(len(s.running) for s in self.searches.values()),
-                            elapsed, eta, {l: s.stopped for l, s in self.searches.items()}, latest)
+                            elapsed, eta, {l: s.stopped for l, s in self.searches.items()}, latest,
+                            {l: self._refining(s) for l, s in self.searches.items()},
+                            {l: s.ranges for l, s in self.searches.items()})
 
     # -- the outcome
 
     def result(self) -> dict[str, Any]:
-        """Per link kind the incumbent (the optimizer's choice: lowest model mean for GPs) and
-        its table; the winner is the link kind whose incumbent has the lower observed f."""
+        """Per link kind the incumbent (the optimizer's choice: lowest model mean for GPs), its
+        table, the ranges of values indistinguishable from it (`calibrate.ranges`), how many
+        evaluations the refinement made and whether the stop rule held; the winner is the link
+        kind whose incumbent has the lower observed f."""
         links: dict[str, Any] = {}
         for link, search in self.searches.items():
             if not search.records:
@@ -658,6 +708,9 @@ class Calibration:
                 "f": record["f"], "model_mean": best.mean, "noise": record["noise"],
                 "floor": record["floor"], "errors_pct": record["errors_pct"],
                 "schemes": record["schemes"], "best_observed_f": search.best_f,
+                "refined": sum(r.get("phase") == "refine" for r in search.records),
+                "confident": search.confident,
+                **ranges_of(search.optimizer, self.problem.space).to_json(),
             }
         scored = {l: v["f"] for l, v in links.items() if "f" in v}
         winner = min(scored, key=scored.get) if scored else None  # type: ignore[arg-type]

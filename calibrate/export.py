@@ -6,7 +6,9 @@ RUN_DIR/export/ (or ``out``):
 - ``emulator.json``: per link kind (winner first, ``winner`` marks it) the incumbent emulator
   (rate Mbit/s, one-way delay ms, DropTail packets, uplink loss, seed), f, its noise and noise
   floor, the mean throughput/delay/loss errors, the per-scheme real-vs-emulated table, the
-  evaluations; the run's wall time; provenance (target, run settings, calibrate version, export
+  evaluations (and how many the local refinement made), per parameter the range of values
+  indistinguishable from the incumbent (`calibrate.ranges`; null with a note where no model
+  can say); the run's wall time; provenance (target, run settings, calibrate version, export
   time); ``files``, every file of the export.
 - ``mahimahi.txt``, ``pantheon_args.txt``, ``engine.txt``: the winner as a Mahimahi command line,
   as Pantheon ``test.py local`` arguments, and as this project's engine command
@@ -15,7 +17,8 @@ RUN_DIR/export/ (or ``out``):
 - ``traces/``: the trace files all of them use.  Trace paths in the command files are relative
   to the export directory (``traces/NAME``): run them from there, or copy the directory along.
 - ``figure3.png`` / ``.svg``: the Pantheon paper's Figure 3 — per scheme, real (filled) and
-  emulated (open) at (p95 one-way delay, throughput), one panel per link kind.
+  emulated (open) at (p95 one-way delay, throughput), one panel per link kind, captioned with
+  the ranges of values indistinguishable from the incumbent.
 - ``convergence.png``: f per evaluation and the best so far, per link kind.
 
 Each file is rendered into a hidden staging directory beside ``out`` and only then renamed into
@@ -47,6 +50,7 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import TOTAL
+from calibrate.ranges import Ranges
 from calibrate.target import Target
 
 EXPORT_DIR = "export"
@@ -65,6 +69,9 @@ FILE_ROLES = {REPORT: "parameters, per-scheme real vs emulated, provenance",
               FIGURE3[0]: "real vs emulated per scheme (paper Figure 3)", FIGURE3[1]: "the same, SVG",
               CONVERGENCE: "f per evaluation, best so far"}
 LINK_COLORS = {"constant": "tab:blue", "poisson": "tab:orange"}
+#: a search parameter's name in emulator.json (`_emulator_json`'s keys)
+EMULATOR_KEYS = {"rate": "rate_mbps", "delay": "delay_ms", "queue": "queue_packets",
+                 "loss": "uplink_loss"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -169,6 +176,13 @@ def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict
     return files
 
 
+def _ranges_json(ranges: Ranges) -> dict[str, Any]:
+    """A link kind's ranges in emulator.json: per parameter [low, high] under its emulator key,
+    the note (what they mean, or why there are none) and the sentence the figure shows."""
+    return {"ranges": {EMULATOR_KEYS[r.name]: [r.low, r.high] for r in ranges.ranges} or None,
+            "ranges_note": ranges.to_json()["ranges_note"], "ranges_text": ranges.sentence()}
+
+
 def _emulator_json(config: EmulatorConfig) -> dict[str, Any]:
     return {"link": config.link, "rate_mbps": config.rate_mbps, "delay_ms": config.delay_ms,
             "queue": config.queue.kind, "queue_packets": config.queue.packets,
@@ -221,7 +235,8 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                 "f": v["f"], "noise": v.get("noise"), "floor": v.get("floor"),
                 "model_mean": v.get("model_mean"), "best_observed_f": v.get("best_observed_f"),
                 "errors_pct": v["errors_pct"], "loss_error_pct": v["errors_pct"].get("loss"),
-                "loss_seeds": record.get("loss_seeds"),
+                "loss_seeds": record.get("loss_seeds"), "refined": v.get("refined"),
+                **_ranges_json(Ranges.from_json(v)),
                 "schemes": _scheme_rows(v["schemes"], ours), "files": dict(files[link])})
         links[link] = entry
     best = links[winner]
@@ -230,13 +245,15 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
         "target": run.target.name or run.target.provenance.source,
         "winner": winner,
         "emulator": {**best["emulator"], "f": best["f"], "noise": best["noise"],
+                     "ranges": best["ranges"], "ranges_text": best["ranges_text"],
                      "files": dict(files[""])},
         "links": links,
         "evaluations": len(run.records),
         "wall_s": result.get("wall_s"),
         "dropped": result.get("dropped", meta.get("dropped", {})),
         "units": {"f, noise, floor, errors_pct, error_pct": "percent",
-                  "loss, uplink_loss": "fraction", "paths": "relative to this directory"},
+                  "loss, uplink_loss": "fraction", "paths": "relative to this directory",
+                  "ranges": "[low, high] in the unit of the emulator key it is under"},
         "provenance": {
             "target": {"name": run.target.name, "workload": run.target.workload.to_json(),
                        "provenance": run.target.provenance.to_json()},
@@ -301,6 +318,8 @@ def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
         mark = ", winner" if entry["winner"] else ""
         ax.set_title(f"{link} deliveries{mark}: {_f_text(entry)}\n"
                      f"{entry['emulator']['description']}", fontsize=9)
+        ax.text(0.5, -0.13, textwrap.fill(entry["ranges_text"], width=90), transform=ax.transAxes,
+                ha="center", va="top", fontsize=8, color="dimgray")
     ax = fig.axes[0]
     ax.scatter([], [], s=55, color="gray", edgecolors="black", linewidths=0.5, label="real")
     ax.scatter([], [], s=55, facecolors="white", edgecolors="gray", linewidths=1.5, label="emulated")

@@ -20,46 +20,28 @@ Definitions (also printed with the tables):
   incumbent is `Optimizer.best()` (for the GPs the lowest posterior mean kept within two reported
   standard errors of each measurement, for random search the lowest observation), the emulator
   `calibrate run` would report.
-- EI stop: the evaluation after which `expected_improvement_negligible()`, the loop's stop signal,
-  first fired (the model evaluator checks it after each batch, as calibration.py does after each
-  evaluation, but keeps going to the budget); "–" when it never fired.
+- EI stop: the evaluation after which `improvement_ruled_out()`, the loop's stop rule (the model
+  is confident no point beats the incumbent by more than the noise; calibrate.optimizers.base),
+  first held (the model evaluator checks it after each batch, as calibration.py does after each
+  evaluation, but keeps going to the budget); "–" when it never held.
 
 Two evaluators (``--evaluator``):
 
 ``model`` (default): real emulation is far too slow here for 3 optimizers × 5 seeds × 40
-evaluations, so a seed's target is a *fluid model* of the schemes over a hidden emulator
-x* = <rate, one-way delay, DropTail queue, uplink loss>, drawn per seed from `MODEL_RANGES`.  The
-model (`fluid_model`; pt = 12 / rate ms is one MTU packet's time at the bottleneck, BDP = (2·delay
-+ pt) / pt packets, every p95 delay = delay + 1 ms (Mahimahi delivers at whole milliseconds) + pt
-+ the p95 of the packets queued ahead × pt, throughputs × (1 − loss) as `calibrate.space` assumes):
-
-- saturator: throughput = rate; queue always full: p95 = … + queue·pt; loss = 1 − (1 − p)/1.2
-  (it sends 20 % over the rate, the excess overflows).
-- cubic (loss-based TCP): its window sweeps linearly from 0.7·W to W (CUBIC's β = 0.7), where W is
-  the smaller of the path's capacity BDP + queue (it fills the queue) and the window the random loss
-  allows, the Mathis window 1.22/√p packets as a mean (W = 1.22/√p / 0.85): throughput = rate × the
-  sweep's mean of min(window, BDP)/BDP (so a queue below the BDP, or random loss, leaves the link
-  idle part of the time: the Mathis limit min(rate, 1.22·MSS/(RTT·√p))); p95 queue = the window's
-  95th percentile minus the BDP, within [0, queue]; loss = max(p, the loss rate whose Mathis window
-  is the sweep's mean), i.e. the overflow losses when the queue caps the window.
-- vegas (delay-based, reacts to loss like Reno): keeps 4 packets queued (α..β = 2..4), window
-  min(BDP + min(queue, 4), 1.22/√p): throughput = rate × min(1, window/BDP); p95 queue = window −
-  BDP ≥ 0; loss = p.
-- copa (delay-based, ignores random loss): throughput = 0.95 × rate; p95 queue = min(queue, 5)
-  packets (its standing queue oscillates around 1/δ = 2, δ = 0.5); loss = p.
-
-Each replicate multiplies throughput, loss and the part of the p95 delay above the propagation
-delay (fixed in an emulator) by its own 1 + N(0, 3 %) draws, seeded per (seed, stream, evaluation,
-replicate), so evaluation i of every optimizer sees the same noise (common random numbers).  The target is the model at x* averaged over 10 replicates; the space and the warm start
-come from the target's statistics (`space_from_target`, `warm_start`, the default Pantheon hints:
-saturator and cubic saturate, vegas and copa are delay-based), the initial design size from
-`RunConfig.initial_design`, the warm start is passed as calibration.py passes it.  Each optimizer
-is driven through ask/tell directly, in synchronous batches of ``--batch`` points (the slots of
-the host), each scored with ``--replicates`` noisy replicates, and told f and its delta-method
-noise as calibration.py tells them.  The model has no trace shape, so constant vs Poisson
-deliveries cannot differ in it: one link kind is searched (the goal's "per link kind" is this one).
-Wall times are the optimizers' own overhead (the model costs microseconds); with real evaluations
-add the evaluations' time, about (runtime + 3 s) per batch.
+evaluations, so a seed's target is the *fluid model* (`calibrate.fluid`, its rules and replicate
+noise documented there) of saturator, cubic, vegas and copa over a hidden emulator x* = <rate,
+one-way delay, DropTail queue, uplink loss>, drawn per seed from `MODEL_RANGES`, with constant
+deliveries.  Replicate noise is seeded per (seed, stream, evaluation, replicate), so evaluation i
+of every optimizer sees the same noise (common random numbers).  The target is the model at x*
+averaged over 10 replicates; the space and the warm start come from the target's statistics
+(`space_from_target`, `warm_start`, the default Pantheon hints: saturator and cubic saturate,
+vegas and copa are delay-based, the saturator probes the rate), the initial design size from `RunConfig.initial_design`, the
+warm start is passed as calibration.py passes it.  Each optimizer is driven through ask/tell
+directly, in synchronous batches of ``--batch`` points (the slots of the host), each scored with
+``--replicates`` noisy replicates, and told f and its delta-method noise as calibration.py tells
+them.  The targets have constant deliveries, and one link kind is searched (the goal's "per link
+kind" is this one).  Wall times are the optimizers' own overhead (the model costs microseconds);
+with real evaluations add the evaluations' time, about (runtime + 3 s) per batch.
 
 ``emulator``: the real thing.  Per seed a hidden emulator (drawn from `EMULATOR_RANGES`, small
 rates for a small host) runs ``--schemes`` ``--target-runs`` times like `calibrate emulate`
@@ -67,7 +49,8 @@ rates for a small host) runs ``--schemes`` ``--target-runs`` times like `calibra
 `Calibration(...).run(Evaluator(...))` per optimizer (constant deliveries only, like the hidden
 emulator; `calibrate run --links constant`), on one embedded Ray (or ``--address``).  The
 columns come from each run's journal (evaluations.jsonl: f, elapsed_s) and result.json (the
-incumbent); the search stops early when its EI stop signal fires, as `calibrate run` does.
+incumbent); its searches end their global phase early when the stop rule holds and refine
+locally, as `calibrate run` does (EI stop: the first journal line marked "confident").
 f(x*) is the hidden emulator itself scored like a candidate (`Calibration.evaluate`).  Run
 directories stay under OUT/bench_calibration-runs-<time>/.  Needs root.
 
@@ -96,9 +79,10 @@ from rich.console import Console
 from rich.table import Table
 
 from calibrate.calibration import JOURNAL, Calibration, RunConfig, emulator_of, read_journal
+from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
-from calibrate.space import SearchSpace, packet_time_ms, space_from_target, warm_start
+from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
 
 OUT = Path(__file__).resolve().parent / "out"
 console = Console(width=None if sys.stdout.isatty() else 150)  # piped tables stay whole
@@ -106,17 +90,8 @@ console = Console(width=None if sys.stdout.isatty() else 150)  # piped tables st
 #: within this factor of f_best(seed) counts as "reached"
 REACH = 1.1
 
-# -- the fluid model's constants (module docstring)
-TICK_MS = 1.0  # Mahimahi delivers at whole milliseconds
-SATURATOR_OVERDRIVE = 1.2  # the saturator sends this × the rate
-CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease
-MATHIS_C = 1.22  # Mathis et al.: mean window = C / √p packets
-VEGAS_PACKETS = 4  # Vegas's β
-COPA_PACKETS = 5  # p95 of Copa's standing queue
-COPA_UTILIZATION = 0.95
-NOISE_SD = 0.03  # multiplicative replicate noise per metric
-TARGET_REPLICATES = 10
 MODEL_SCHEMES = ("saturator", "cubic", "vegas", "copa")
+TARGET_REPLICATES = 10
 TARGET_STREAM, EVALUATION_STREAM, TRUTH_STREAM = 0, 1, 2
 TRUTH_DRAWS = 5  # model evaluations at x* behind its typical f (their median)
 
@@ -138,11 +113,6 @@ MODEL_RANGES = Ranges(rate=(1.0, 100.0), delay=(5, 150))
 EMULATOR_RANGES = Ranges(rate=(2.0, 16.0), delay=(10, 60))
 
 
-def bdp_packets(rate: float, delay: float) -> float:
-    """Packets in flight that fill the path: one round trip (2·delay + one packet time)."""
-    return (2 * delay + packet_time_ms(rate)) / packet_time_ms(rate)
-
-
 def draw_hidden(seed: int, ranges: Ranges) -> dict[str, float]:
     """The seed's hidden emulator x*."""
     rng = np.random.default_rng([seed, 99])
@@ -152,58 +122,6 @@ def draw_hidden(seed: int, ranges: Ranges) -> dict[str, float]:
     queue = max(ranges.min_queue, round(bdp_packets(rate, delay) * log_uniform(*ranges.queue_bdp)))
     loss = log_uniform(*ranges.loss) if rng.random() < 0.5 else 0.0
     return {"rate": rate, "delay": delay, "queue": queue, "loss": loss}
-
-
-# ----------------------------------------------------------------------------------------------
-# The fluid model (rules: module docstring)
-
-
-def _mean_min(low: float, high: float, cap: float) -> float:
-    """Mean of min(w, cap) for w uniform on [low, high]."""
-    if high <= cap:
-        return (low + high) / 2
-    if low >= cap:
-        return cap
-    return ((cap * cap - low * low) / 2 + cap * (high - cap)) / (high - low)
-
-
-def fluid_model(x: Mapping[str, float]) -> dict[str, Stats]:
-    """Per scheme the noise-free (throughput Mbit/s, p95 one-way delay ms, loss) over emulator x."""
-    rate, delay, p = float(x["rate"]), float(x["delay"]), float(x["loss"])
-    queue = max(float(x["queue"]), 1.0)
-    pt = packet_time_ms(rate)
-    bdp = bdp_packets(rate, delay)
-    empty = delay + TICK_MS + pt  # p95 through an empty queue
-    w_loss = MATHIS_C / math.sqrt(p) if p > 0 else math.inf
-    half = (1 + CUBIC_BETA) / 2  # the sweep's mean window / its top
-
-    top = min(bdp + queue, w_loss / half)
-    low = CUBIC_BETA * top
-    cubic_q95 = min(max(low + 0.95 * (top - low) - bdp, 0.0), queue)
-    vegas_w = min(bdp + min(queue, VEGAS_PACKETS), w_loss)
-    return {
-        "saturator": Stats(rate * (1 - p), empty + queue * pt, 1 - (1 - p) / SATURATOR_OVERDRIVE),
-        "cubic": Stats(rate * _mean_min(low, top, bdp) / bdp * (1 - p), empty + cubic_q95 * pt,
-                       min(max(p, (MATHIS_C / (half * top)) ** 2), 1.0)),
-        "vegas": Stats(rate * min(1.0, vegas_w / bdp) * (1 - p), empty + max(vegas_w - bdp, 0.0) * pt, p),
-        "copa": Stats(rate * COPA_UTILIZATION * (1 - p), empty + min(queue, COPA_PACKETS) * pt, p),
-    }
-
-
-def model_replicates(x: Mapping[str, float], seed: int, stream: int, index: int,
-                     replicates: int) -> dict[str, list[Stats]]:
-    """`replicates` noisy runs of every scheme; replicate r of evaluation `index` draws from its
-    own stream (seed, stream, index, r)."""
-    clean = fluid_model(x)
-    out: dict[str, list[Stats]] = {s: [] for s in clean}
-    for r in range(replicates):
-        rng = np.random.default_rng([seed, stream, index, r])
-        for scheme, s in clean.items():
-            g = np.maximum(1 + NOISE_SD * rng.standard_normal(3), 0.1)
-            queued = s.delay - float(x["delay"])  # an emulator's propagation delay does not vary
-            out[scheme].append(Stats(s.throughput * g[0], float(x["delay"]) + queued * g[1],
-                                     min(s.loss * g[2], 1.0)))
-    return out
 
 
 @dataclass(frozen=True)
@@ -220,15 +138,19 @@ class ModelProblem:
     @classmethod
     def of(cls, seed: int, config: RunConfig) -> "ModelProblem":
         hidden = draw_hidden(seed, MODEL_RANGES)
-        runs = model_replicates(hidden, seed, TARGET_STREAM, 0, TARGET_REPLICATES)
-        real = {s: Stats(*map(float, np.mean([[r.throughput, r.delay, r.loss] for r in rs], axis=0)))
-                for s, rs in runs.items()}
-        stats = {s: (v.throughput, v.delay, v.loss) for s, v in real.items()}
+        runs = model_replicates(hidden, seed, TARGET_STREAM, 0, TARGET_REPLICATES,
+                                schemes=MODEL_SCHEMES)
+        values = {s: np.array([[r.throughput, r.delay, r.loss] for r in rs]) for s, rs in runs.items()}
+        real = {s: Stats(*map(float, v.mean(axis=0))) for s, v in values.items()}
+        # as a Target holds them: means, Pantheon's (ddof 0) standard deviations, the runs
+        stats = {s: SchemeMeasurement(*map(float, v.mean(axis=0)), *map(float, v.std(axis=0)),
+                                      runs=len(v)) for s, v in values.items()}
         return cls(seed, hidden, real, space_from_target(stats), warm_start(stats), config)
 
     def evaluate(self, x: Mapping[str, float], stream: int, index: int, replicates: int) -> tuple[float, float]:
         """(f, its noise) of emulator x, as calibration.py scores and tells it."""
-        error = replication_error(self.real, model_replicates(x, self.seed, stream, index, replicates),
+        emulated = model_replicates(x, self.seed, stream, index, replicates, schemes=MODEL_SCHEMES)
+        error = replication_error(self.real, emulated,
                                   aggregate=self.config.aggregate,  # type: ignore[arg-type]
                                   include_loss=self.config.include_loss)
         return error.f, (error.noise if math.isfinite(error.noise) else math.nan)
@@ -284,7 +206,7 @@ def model_search(problem: ModelProblem, name: str, budget: int, batch: int, repl
                   for i, x in enumerate(xs)]
         opt.tell(xs, [s[0] for s in scored], [s[1] for s in scored])
         f += [s[0] for s in scored]
-        if ei_stop is None and len(f) < budget and opt.expected_improvement_negligible():
+        if ei_stop is None and len(f) < budget and opt.improvement_ruled_out():
             ei_stop = len(f)
         elapsed += [time.monotonic() - started] * len(xs)
     return Trace(problem.seed, name, problem.hidden, f, elapsed, space.to_values(opt.best().x), ei_stop)
@@ -352,10 +274,9 @@ def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[
                 result = calibration.run(evaluator)
                 records = read_journal(run_dir / JOURNAL)
                 link = result["links"]["constant"]
-                stopped = link.get("stopped")
+                confident = next((i + 1 for i, r in enumerate(records) if r.get("confident")), None)
                 traces.append(Trace(seed, name, hidden, [r["f"] for r in records],
-                                    [r["elapsed_s"] for r in records], link["params"],
-                                    len(records) if stopped == "expected improvement negligible" else None))
+                                    [r["elapsed_s"] for r in records], link["params"], confident))
                 if truth is None:
                     truth = calibration.evaluate(evaluator, hidden, "constant").f
                     hidden_rows.append(hidden_row(seed, hidden, calibration.problem.space,
@@ -417,7 +338,7 @@ def print_tables(rows: list[dict], optimizers: list[str], budget: int) -> None:
                   f"target; evals/wall to {REACH}× = first evaluation (and seconds since the search "
                   f"began) after which the optimizer's best observed f ≤ {REACH} × f_best; final f = "
                   f"its best observed f at the budget; rate/delay err = its incumbent (best()) vs x*; "
-                  f"EI stop = evaluations done when the EI stop signal first fired.", highlight=False)
+                  f"EI stop = evaluations done when the stop rule first held.", highlight=False)
     table = Table(title="per seed")
     for column in ("seed", "optimizer", "f_best %", f"evals to {REACH}×", f"wall s to {REACH}×",
                    "final f %", "rate err %", "delay err ms", "EI stop", "evals", "wall s"):
@@ -547,7 +468,7 @@ def main() -> int:
     run = run_model if args.evaluator == "model" else run_emulator
     traces, hidden_rows = run(args, optimizers)
     if args.evaluator == "model":
-        console.print(f"evaluator: fluid model, one link kind (the model has no trace shape), batches of "
+        console.print(f"evaluator: fluid model (calibrate.fluid), constant deliveries, batches of "
                       f"{args.batch}, {args.replicates} replicates, noise {100 * NOISE_SD:g} % per metric"
                       + (", NO warm start (--cold)" if args.cold else ""), highlight=False)
     print_hidden(hidden_rows, args.evaluator)

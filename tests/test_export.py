@@ -284,3 +284,29 @@ def test_cli_prints_tables_and_json(exported, tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such run directory" in err[0]
+
+
+def test_ranges_reach_emulator_json_and_figure_3(tmp_path, exported):
+    from calibrate.ranges import Range, Ranges
+
+    _, out, report = exported  # random search: no model, no range, and the export says why
+    for entry in report["links"].values():
+        assert entry["ranges"] is None and "random search has no model" in entry["ranges_note"]
+    assert report["emulator"]["ranges"] is None
+    assert "no range: random search has no model" in (out / "figure3.svg").read_text()
+    # a GP search's ranges, as Calibration.result writes them into result.json
+    run_dir = make_run(tmp_path)
+    result = json.loads((run_dir / RESULT).read_text())
+    ranges = Ranges((Range("rate", 5.9, 6.4), Range("delay", 27, 30), Range("queue", 40, 90),
+                     Range("loss", 0.03, 0.06)))
+    result["links"]["poisson"].update(ranges.to_json())
+    write_atomic(run_dir / RESULT, result)
+    out = export(run_dir)
+    report = json.loads((out / "emulator.json").read_text())
+    expected = {"rate_mbps": [5.9, 6.4], "delay_ms": [27, 30], "queue_packets": [40, 90],
+                "uplink_loss": [0.03, 0.06]}
+    assert report["emulator"]["ranges"] == report["links"]["poisson"]["ranges"] == expected
+    text = report["links"]["poisson"]["ranges_text"]
+    assert text == ("indistinguishable from the best: rate 5.90–6.40 Mbit/s, delay 27–30 ms, "
+                    "queue 40–90 packets, loss 3.00–6.00 %")
+    assert "rate 5.90–6.40 Mbit/s" in (out / "figure3.svg").read_text()

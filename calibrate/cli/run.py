@@ -198,11 +198,14 @@ class Display:
         from rich.table import Table
 
         table = Table(title="calibration", title_justify="left")
-        for column in ("link kind", "evaluations", "best f", "state"):
+        for column in ("link kind", "evaluations", "best f", "state",
+                       "indistinguishable from the best"):
             table.add_column(column)
         for link, done in info.done.items():
-            state = info.stopped.get(link) or "searching"
-            table.add_row(link, f"{done}/{info.budget}", _fmt_f(info.best.get(link)), state)
+            state = info.stopped.get(link) or ("refining" if info.refining.get(link) else "searching")
+            ranges = info.ranges.get(link)
+            table.add_row(link, f"{done}/{info.budget}", _fmt_f(info.best.get(link)), state,
+                          "–" if ranges is None else ranges.text())
         table.caption = (f"{info.running_tasks} runs on {info.running_candidates} candidates in "
                          f"flight · elapsed {_duration(info.elapsed_s)} · ETA {_duration(info.eta_s)}")
         return table
@@ -211,6 +214,8 @@ class Display:
 def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from calibrate.ranges import Ranges
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"calibration of {result['target']}: {result['evaluations']} evaluations, "
@@ -228,6 +233,9 @@ def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -
                       f"{p['delay']:.0f}", f"{p['queue']:.0f}", f"{100 * p['loss']:.3f}",
                       str(v["evaluations"]), str(v["stopped"]))
     console.print(table)
+    for link, v in result["links"].items():
+        if "f" in v:
+            console.print(f"{link}: {Ranges.from_json(v).sentence()}", highlight=False)
     best = result.get("best")
     if best:
         console.print(scheme_rows(best["schemes"],

@@ -57,7 +57,7 @@ def from_state(state: Mapping[str, Any]) -> Optimizer:
         opt = make_optimizer(
             state["optimizer"], state["dim"], seed=state["seed"],
             warm_start=[np.array(x, dtype=float) for x in state["warm_start"]],
-            n_initial=state["n_initial"], ei_threshold=state["ei_threshold"],
+            n_initial=state["n_initial"],
             **state.get("options", {}),
         )
         if state["x"]:

@@ -17,8 +17,9 @@ f spans two orders of magnitude over a search space (70 % at a wrong corner, 0.2
 emulator of a synthetic target, whose runs are nearly deterministic); on raw f a stationary GP
 spends its variance on the bad corners and sees the basin as flat, and on a real synthetic
 target it stalled at 4–6 % in 20 evaluations.  On the log scale the basin keeps its contrast.
-The argmin is the same; posterior means are mapped back (exp, the median of the log-normal) and
-the expected-improvement stop rule is converted to f's units at the incumbent.
+The argmin is the same; posterior means are mapped back (exp, the median of the log-normal), and
+the stop and range rules (`calibrate.optimizers.base`) make their Gaussian statements on the log
+scale (`OutcomeScale`).
 ``outcome="raw"`` models f itself.
 """
 
@@ -40,7 +41,7 @@ from botorch.optim import optimize_acqf
 from botorch.sampling.normal import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, choice, stream_seed
+from calibrate.optimizers.base import Optimizer, OutcomeScale, choice, stream_seed
 
 _DTYPE = torch.float64  # GP linear algebra in single precision is fragile at these sizes
 
@@ -65,17 +66,16 @@ class BoTorchGP(Optimizer):
         seed: int = 0,
         warm_start: Sequence[np.ndarray] = (),
         n_initial: int | None = None,
-        ei_threshold: float = DEFAULT_EI_THRESHOLD,
         noise_model: str = "fitted",
         outcome: str = "log",
         num_restarts: int = 8,
         raw_samples: int = 256,
         mc_samples: int = 128,
     ) -> None:
-        super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial,
-                         ei_threshold=ei_threshold)
+        super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial)
         self.noise_model = choice("noise_model", noise_model, ("fitted", "fixed"))
         self.outcome = choice("outcome", outcome, ("log", "raw"))
+        self.scale = OutcomeScale(LOG_OFFSET if self.outcome == "log" else None)
         self.num_restarts = int(num_restarts)
         self.raw_samples = int(raw_samples)
         self.mc_samples = int(mc_samples)
@@ -101,10 +101,8 @@ class BoTorchGP(Optimizer):
         if self._model is not None:
             return self._model
         train_x = torch.tensor(np.array(self._x), dtype=_DTYPE)
-        y = np.array(self._y, dtype=float)
-        noise = np.array(self._noise, dtype=float)
-        if self.outcome == "log":
-            y, noise = np.log(np.maximum(y, 0.0) + LOG_OFFSET), noise / (np.maximum(y, 0.0) + LOG_OFFSET)
+        f = np.array(self._y, dtype=float)
+        y, noise = self.scale.g(f), self.scale.se(f, np.array(self._noise, dtype=float))
         train_y = -torch.tensor(y, dtype=_DTYPE).unsqueeze(-1)
         train_yvar = None
         if self.noise_model == "fixed" and np.all(np.isfinite(noise)):
@@ -136,22 +134,22 @@ class BoTorchGP(Optimizer):
                                           raw_samples=self.raw_samples)
         return list(candidates.detach().numpy())
 
-    def _posterior_mean(self, xs: np.ndarray) -> np.ndarray:
+    def _latent(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         model = self._fit()
-        with torch.no_grad():
-            mean = -model.posterior(torch.tensor(xs, dtype=_DTYPE)).mean.squeeze(-1).numpy()
-        return np.exp(mean) - LOG_OFFSET if self.outcome == "log" else mean
+        with torch.no_grad():  # each point its own one-point posterior: no n × n covariance
+            posterior = model.posterior(torch.tensor(xs, dtype=_DTYPE).unsqueeze(-2))
+            mean = -posterior.mean.reshape(-1).numpy()  # the model is fit to −g
+            sd = posterior.variance.clamp_min(0.0).sqrt().reshape(-1).numpy()
+        return mean, sd
 
     def _max_expected_improvement(self) -> float:
         """Analytic EI of one point against the incumbent's estimate (`estimates`: the plug-in
         incumbent for noisy observations), maximized over the cube."""
         model = self._fit()
-        incumbent = float(np.min(self.estimates()))  # in f's units
-        best = math.log(max(incumbent, 0.0) + LOG_OFFSET) if self.outcome == "log" else incumbent
+        best = float(self.scale.g(np.min(self.estimates())))
         with self._seeded(5):
             _, value = optimize_acqf(LogExpectedImprovement(model, best_f=-best),
                                      bounds=self._unit_bounds(), q=1,
                                      num_restarts=self.num_restarts, raw_samples=self.raw_samples)
-        ei = math.exp(float(value))
-        # a log-scale improvement δ lowers f + c by the factor e^−δ
-        return (max(incumbent, 0.0) + LOG_OFFSET) * -math.expm1(-ei) if self.outcome == "log" else ei
+        # an improvement of the model's outcome, expressed in f's units at the incumbent
+        return float(self.scale.f(best) - self.scale.f(best - math.exp(float(value))))

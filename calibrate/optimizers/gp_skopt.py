@@ -14,6 +14,7 @@ earlier points of the same batch, enter as constant-liar observations at the bes
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from skopt.acquisition import gaussian_ei
 from skopt.space import Real
 from skopt.utils import cook_estimator
 
-from calibrate.optimizers.base import DEFAULT_EI_THRESHOLD, Optimizer, choice, sobol, stream_seed
+from calibrate.optimizers.base import Optimizer, choice, sobol, stream_seed
 
 
 class SkoptGP(Optimizer):
@@ -38,14 +39,12 @@ class SkoptGP(Optimizer):
         seed: int = 0,
         warm_start: Sequence[np.ndarray] = (),
         n_initial: int | None = None,
-        ei_threshold: float = DEFAULT_EI_THRESHOLD,
         acq_optimizer: str = "lbfgs",
         n_points: int = 2000,
         n_restarts: int = 3,
         xi: float = 0.01,
     ) -> None:
-        super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial,
-                         ei_threshold=ei_threshold)
+        super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=n_initial)
         self.acq_optimizer = choice("acq_optimizer", acq_optimizer, ("lbfgs", "sampling"))
         self.n_points = int(n_points)
         self.n_restarts = int(n_restarts)
@@ -95,9 +94,13 @@ class SkoptGP(Optimizer):
             points.append(np.asarray(opt.ask(), dtype=float))
         return points
 
-    def _posterior_mean(self, xs: np.ndarray) -> np.ndarray:
+    def _latent(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # skopt's GP zeroes its fitted white noise after the fit: the std is the latent f's
         opt = self._model()
-        return np.asarray(opt.models[-1].predict(opt.space.transform(xs.tolist())), dtype=float)
+        with warnings.catch_warnings():  # round-off below 0 at the data, which it sets to 0
+            warnings.filterwarnings("ignore", "Predicted variances smaller than 0")
+            mean, sd = opt.models[-1].predict(opt.space.transform(xs.tolist()), return_std=True)
+        return np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
 
     def _max_expected_improvement(self) -> float:
         """EI (xi = 0) against the incumbent's estimate (`estimates`), maximized over a Sobol

@@ -2,7 +2,8 @@
 
 Points come from one scrambled Sobol sequence per seed (low discrepancy: fewer wasted points than
 uniform draws at these budgets) or, with ``sequence="uniform"``, from uniform draws.  There is no
-model, so `best()` is the lowest observation and the EI stop signal never fires.
+model, so `best()` is the lowest observation, the stop rule never fires (random search uses its
+budget) and no range of indistinguishable values is claimed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class RandomSearch(Optimizer):
 
     name = "random"
     min_observations = 0
+    model_based = False
 
     def __init__(
         self,
@@ -28,7 +30,7 @@ class RandomSearch(Optimizer):
         seed: int = 0,
         warm_start: Sequence[np.ndarray] = (),
         sequence: str = "sobol",
-        **_ignored: Any,  # n_initial, ei_threshold: meaningless without a model
+        **_ignored: Any,  # n_initial: meaningless without a model
     ) -> None:
         super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=0)
         self.sequence = choice("sequence", sequence, ("sobol", "uniform"))

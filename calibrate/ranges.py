@@ -1,0 +1,116 @@
+"""How sure a calibration is: per parameter, the values statistically indistinguishable from the best.
+
+Two runs of each scheme over a lossy path cannot pin a queue to a few packets; the result says
+so.  `Optimizer.indistinguishable` (the rule is documented with its constants in
+`calibrate.optimizers.base`) keeps the points of a dense sample of the search space, of 1-D
+sweeps through the incumbent along each parameter and of the evaluated points whose posterior
+mean of f lies within two combined standard errors (the model's and the replicates' noise) of
+the incumbent's; a parameter's range is its minimum and maximum over those points, in its own
+units.  A wide range is a finding, not a failure: the target does not tell those values apart.
+
+Without a model there is no range: random search has none, and a GP is not trusted before the
+warm start and the initial design are told.  The result then says why instead of inventing one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from calibrate.optimizers import Optimizer
+from calibrate.optimizers.base import RANGE_Z
+from calibrate.space import PARAMETERS, SearchSpace
+
+#: How each parameter is shown: (label, unit, factor from the stored value, integer)
+DISPLAY: Mapping[str, tuple[str, str, float, bool]] = {
+    "rate": ("rate", "Mbit/s", 1.0, False),
+    "delay": ("delay", "ms", 1.0, True),
+    "queue": ("queue", "packets", 1.0, True),
+    "loss": ("loss", "%", 100.0, False),
+}
+
+#: What the range of one parameter means, for readers of result.json and emulator.json.
+MEANING = (f"values whose f the model cannot tell from the best's: posterior mean of f within "
+           f"{RANGE_Z:g} combined standard errors of the incumbent's")
+
+#: Why an old result has none (result.json written before ranges were reported).
+NOT_COMPUTED = ("not computed: this result was written before ranges were reported; delete "
+                "RUN_DIR/result.json and export again to compute them from the journal")
+
+
+def _pair(low: float, high: float, integer: bool) -> str:
+    """'low–high' with the decimals of three significant digits of the larger, more when that
+    would show two different values as one; zero is "0", equal values are one number."""
+    decimals = 0
+    top = max(abs(low), abs(high))
+    if not integer and top > 0:
+        decimals = max(0, 2 - math.floor(math.log10(top)))
+        while low != high and f"{low:.{decimals}f}" == f"{high:.{decimals}f}" and decimals < 9:
+            decimals += 1
+
+    def number(value: float) -> str:
+        return "0" if value == 0 else f"{value:.{decimals}f}"
+
+    return number(low) if number(low) == number(high) else f"{number(low)}–{number(high)}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """One parameter's indistinguishable values, [low, high], in the units of its value
+    (Mbit/s, ms, packets, loss as a fraction)."""
+
+    name: str
+    low: float
+    high: float
+
+    def text(self) -> str:
+        """E.g. ``rate 11.6–12.3 Mbit/s``, ``loss 0–0.12 %``."""
+        label, unit, factor, integer = DISPLAY[self.name]
+        return f"{label} {_pair(self.low * factor, self.high * factor, integer)} {unit}"
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """Per free parameter its `Range`, or none and `note` saying why."""
+
+    ranges: tuple[Range, ...] = ()
+    note: str | None = None
+
+    def text(self) -> str:
+        """E.g. ``rate 11.6–12.3 Mbit/s, delay 28–31 ms``, or ``no range: WHY``."""
+        return ", ".join(r.text() for r in self.ranges) if self.ranges else f"no range: {self.note}"
+
+    def sentence(self) -> str:
+        """`text` said in full: ``indistinguishable from the best: rate …``."""
+        return f"indistinguishable from the best: {self.text()}" if self.ranges else self.text()
+
+    def to_json(self) -> dict[str, Any]:
+        """The keys a link kind's entry in result.json gets: ``ranges`` ({parameter: [low,
+        high]} or null) and ``ranges_note`` (what they mean, or why there are none)."""
+        return {"ranges": {r.name: [r.low, r.high] for r in self.ranges} if self.ranges else None,
+                "ranges_note": MEANING if self.ranges else self.note}
+
+    @classmethod
+    def from_json(cls, entry: Mapping[str, Any]) -> "Ranges":
+        """From a link kind's entry in result.json (`to_json`'s keys; absent: an older result)."""
+        if "ranges" not in entry:
+            return cls(note=NOT_COMPUTED)
+        values = entry["ranges"] or {}
+        return cls(tuple(Range(name, float(v[0]), float(v[1])) for name, v in values.items()),
+                   None if values else entry.get("ranges_note"))
+
+
+def ranges_of(optimizer: Optimizer, space: SearchSpace) -> Ranges:
+    """The ranges of a search's free parameters from its optimizer's model (module docstring)."""
+    if not optimizer.model_based:
+        return Ranges(note=f"{optimizer.name} search has no model to tell values apart")
+    points = optimizer.indistinguishable() if optimizer.design_done else None
+    if points is None:
+        return Ranges(note=f"too few evaluations for a model ({len(optimizer.history[1])}; the "
+                           f"warm start and the initial design come first)")
+    values = space.decode(points)
+    return Ranges(tuple(Range(name, float(values[:, PARAMETERS.index(name)].min()),
+                              float(values[:, PARAMETERS.index(name)].max()))
+                        for name in space.free))
