@@ -1,0 +1,325 @@
+"""The engine against real Mahimahi, same flows: a differential benchmark.
+
+With Mahimahi's shells on PATH (mm-delay, mm-loss, mm-link, setuid root; build them from
+https://github.com/ravinet/mahimahi, see experiments/README.md), every row of the matrix runs
+the same Pantheon-style runs (our scheme endpoints, `calibrate.scripted.run_scheme`) through
+real Mahimahi (`--backend mahimahi`) and through the engine, alternating, `--replicates` times
+each, and prints per setting and scheme: throughput, mean and p95 one-way delay and loss under
+both, Mahimahi's own run-to-run spread, the deltas, and whether the row passes:
+
+    |Δ throughput| ≤ 2 %   and   |Δ p95| ≤ 3 ms,   or either Δ within Mahimahi's own spread
+    (the standard deviation of its replicates).
+
+Without Mahimahi it compares against the reference table measured on a real Mahimahi build
+(../shared/data/mahimahi-reference/iperf3-10s.csv, read from there): the same 10 s iperf3 flows
+through the engine, the same metrics from its Mahimahi-format uplink log.
+
+Run as root, alone on the machine (both emulators are real-time):
+
+    .venv/bin/python experiments/vs_mahimahi.py --mahimahi-user mahimahi        # the matrix
+    .venv/bin/python experiments/vs_mahimahi.py --rows 12/20/100/0 --schemes bbr --timing ideal
+    .venv/bin/python experiments/vs_mahimahi.py --reference                     # no Mahimahi here
+
+Writes a CSV per run and a plot (engine vs Mahimahi p95, with spreads) to experiments/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate import engine
+from calibrate.emulator import EmulatorConfig, Queue
+from calibrate.engine import Backend, Endpoint, Logs
+from calibrate.metrics import parse_datalink_log
+from calibrate.schemes import load_registry
+from calibrate.scripted import run_scheme
+from calibrate.target import Workload
+
+OUT = Path(__file__).resolve().parent / "out"
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mahimahi-reference" / "iperf3-10s.csv"
+TPUT_TOLERANCE = 0.02  # relative
+P95_TOLERANCE_MS = 3.0
+KERNEL = ("cubic", "reno", "bbr")
+UDP = ("udp-vegas", "udp-copa", "udp-ledbat", "udp-saturator")
+
+
+@dataclass(frozen=True)
+class Row:
+    rate: float  # Mbit/s
+    delay: int  # one-way ms
+    queue: int  # DropTail packets (uplink)
+    loss: float  # uplink
+    link: str = "constant"
+    schemes: tuple[str, ...] = KERNEL
+
+    @property
+    def name(self) -> str:
+        kind = "" if self.link == "constant" else " poisson"
+        return f"{self.rate:g}/{self.delay}/{self.queue}/{self.loss * 100:g}%{kind}"
+
+    def emulator(self, seed: int) -> EmulatorConfig:
+        return EmulatorConfig(rate_mbps=self.rate, delay_ms=self.delay, queue=Queue.droptail(self.queue),
+                              uplink_loss=self.loss, link=self.link, seed=seed)  # type: ignore[arg-type]
+
+
+#: Rates 3–100 Mbit/s, delays 5–80 ms, queues 30–400 packets, losses 0–1 %, constant and
+#: Poisson deliveries; the reference table's six settings first.
+MATRIX: tuple[Row, ...] = (
+    Row(12, 20, 100, 0.0),
+    Row(3, 80, 100, 0.01),
+    Row(96, 10, 300, 0.0),
+    Row(24, 30, 150, 0.0),
+    Row(48, 5, 100, 0.002),
+    Row(8, 50, 200, 0.003),
+    Row(100, 5, 30, 0.0),
+    Row(30, 10, 400, 0.002),
+    Row(12, 20, 100, 0.0, "poisson"),
+    Row(3, 80, 100, 0.01, "poisson"),
+    Row(12, 20, 100, 0.0, schemes=UDP),
+    Row(8, 50, 200, 0.003, schemes=UDP),
+)
+
+
+def one_way_delays(datalink: Path) -> np.ndarray:
+    return parse_datalink_log(datalink).departure_delay
+
+
+def measure(row: Row, scheme_name: str, backend: Backend, replicate: int, runtime: float,
+            seed: int, scratch: Path) -> dict[str, object]:
+    """One Pantheon-style run; its metrics."""
+    scheme = load_registry().resolve(scheme_name)
+    workload = Workload(1, 0.0, runtime, 1)
+    data_dir = Path(tempfile.mkdtemp(dir=scratch))
+    try:
+        outcome = run_scheme(row.emulator(seed), scheme, replicate, workload, data_dir, backend=backend)
+        if not outcome.valid or outcome.stats is None:
+            return {"valid": False, "reason": outcome.validity.reason or outcome.failure}
+        delays = one_way_delays(outcome.paths.datalink)
+        m = outcome.stats.total
+        return {"valid": True, "tput": m.tput_mbps, "p95": m.delay_ms, "mean": float(np.mean(delays)),
+                "loss": (m.loss or 0.0) * 100}
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+#: What runs the flows: real Mahimahi, or the engine with either timing model.
+SYSTEMS = {"mahimahi": None, "engine": "mahimahi", "ideal": "ideal"}
+
+
+def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
+    """Per (row, scheme): Mahimahi's and `system`'s means, Mahimahi's spread, deltas, verdict."""
+    valid = runs[runs["valid"].astype(bool)]
+    stats = valid.groupby(["row", "scheme", "system"])[["tput", "mean", "p95", "loss"]].agg(["mean", "std", "count"])
+    out = []
+    for (row, scheme), group in valid.groupby(["row", "scheme"], sort=False):
+        s = stats.loc[(row, scheme)]
+        if "mahimahi" not in s.index or system not in s.index:
+            continue
+        mm, en = s.loc["mahimahi"], s.loc[system]
+        d_tput = (en[("tput", "mean")] - mm[("tput", "mean")]) / mm[("tput", "mean")]
+        d_p95 = en[("p95", "mean")] - mm[("p95", "mean")]
+        spread_tput = float(np.nan_to_num(mm[("tput", "std")])) / mm[("tput", "mean")]
+        spread_p95 = float(np.nan_to_num(mm[("p95", "std")]))
+        tput_ok = abs(d_tput) <= max(TPUT_TOLERANCE, spread_tput)
+        p95_ok = abs(d_p95) <= max(P95_TOLERANCE_MS, spread_p95)
+        out.append({
+            "setting": row, "scheme": scheme, "n": int(min(mm[("tput", "count")], en[("tput", "count")])),
+            "mm tput": mm[("tput", "mean")], "eng tput": en[("tput", "mean")], "Δtput %": 100 * d_tput,
+            "mm sd tput %": 100 * spread_tput,
+            "mm mean": mm[("mean", "mean")], "eng mean": en[("mean", "mean")],
+            "mm p95": mm[("p95", "mean")], "eng p95": en[("p95", "mean")], "Δp95": d_p95,
+            "mm sd p95": spread_p95,
+            "mm loss %": mm[("loss", "mean")], "eng loss %": en[("loss", "mean")],
+            "pass": "yes" if tput_ok and p95_ok else "NO",
+        })
+    return pd.DataFrame(out)
+
+
+def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
+    rows = select_rows(args.rows)
+    systems = [(name, Backend("mahimahi", args.mahimahi_user) if timing is None else Backend("engine", timing=timing))
+               for name, timing in SYSTEMS.items() if name in args.systems]
+    records: list[dict[str, object]] = []
+    total = sum(len(filter_schemes(r, args.schemes)) for r in rows) * args.replicates * len(systems)
+    done = 0
+    started = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="calibrate-vs-mahimahi-"))
+    try:
+        for row in rows:
+            for scheme in filter_schemes(row, args.schemes):
+                for replicate in range(1, args.replicates + 1):
+                    for system, backend in systems:
+                        m = measure(row, scheme, backend, replicate, args.runtime, args.seed, scratch)
+                        records.append({"row": row.name, "scheme": scheme, "system": system,
+                                        "replicate": replicate, **m})
+                        done += 1
+                        elapsed = time.monotonic() - started
+                        shown = (f"p95 {m['p95']:.1f} ms, {m['tput']:.2f} Mbit/s" if m["valid"]
+                                 else f"invalid: {m['reason']}")
+                        print(f"[{done}/{total} {elapsed / 60:.0f} min, ETA {elapsed / done * (total - done) / 60:.0f} min] "
+                              f"{row.name} {scheme} {system} #{replicate}: {shown}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return pd.DataFrame(records)
+
+
+def select_rows(spec: str | None) -> list[Row]:
+    if not spec:
+        return list(MATRIX)
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    rows = [r for r in MATRIX if any(r.name.startswith(w) for w in wanted)]
+    if not rows:
+        raise SystemExit(f"--rows {spec!r} matches none of: {', '.join(r.name for r in MATRIX)}")
+    return rows
+
+
+def filter_schemes(row: Row, spec: str | None) -> list[str]:
+    if not spec:
+        return list(row.schemes)
+    wanted = {s.strip() for s in spec.split(",")}
+    return [s for s in row.schemes if s in wanted]
+
+
+# ----------------------------------------------------------------------------------------------
+# Without Mahimahi: the reference table
+
+
+def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, replicate: int,
+                  backend: Backend) -> dict[str, float]:
+    """The reference's iperf3 flow through the engine, its metrics from the uplink log as the
+    table computed Mahimahi's: IP bytes of departures over first to last departure; p95 (linear)
+    and mean of link delay + D."""
+    emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue),
+                              uplink_loss=loss, seed=replicate)
+    with tempfile.TemporaryDirectory(prefix="calibrate-vs-reference-") as work:
+        log = Path(work) / "uplink.log"
+        endpoints = [Endpoint("receiver", "exec iperf3 -s -p 5201"),
+                     Endpoint("sender", f"iperf3 -c $EMU_PEER -p 5201 -C {cc} -t 10 > /dev/null", start_s=1.0)]
+        engine.run(emulator, endpoints, workdir=Path(work), stop_after=13, logs=Logs(uplink=log),
+                   backend=backend, check=False)
+        lines = [l.split() for l in log.read_text().splitlines() if not l.startswith("#")]
+    dep = np.array([(int(w[0]), int(w[2]), int(w[3])) for w in lines if len(w) == 4 and w[1] == "-"])
+    t, size, d = dep[:, 0], dep[:, 1], dep[:, 2]
+    tput = (size - 4).sum() * 8 / ((t[-1] - t[0]) / 1000) / 1e6
+    one_way = d + delay
+    return {"tput": tput, "p95": float(np.percentile(one_way, 95)), "mean": float(one_way.mean())}
+
+
+def run_reference(args: argparse.Namespace) -> pd.DataFrame:
+    if shutil.which("iperf3") is None:
+        raise SystemExit("the reference rows are iperf3 flows: install iperf3 (apt-get install iperf3)")
+    table = pd.read_csv(REFERENCE)
+    backend = Backend("engine", timing=args.timing)
+    out = []
+    for i, r in table.iterrows():
+        runs = [reference_run(r.rate, int(r.delay), int(r.queue), float(r.loss), r.cc, k + 1, backend)
+                for k in range(args.replicates)]
+        p95 = np.array([x["p95"] for x in runs])
+        mean = np.array([x["mean"] for x in runs])
+        tput = np.array([x["tput"] for x in runs])
+        out.append({"setting": f"{r.rate:g}/{r.delay}/{r.queue}/{r.loss * 100:g}%", "cc": r.cc,
+                    "mm tput": r.mm_tput, "eng tput": tput.mean(), "Δtput %": 100 * (tput.mean() - r.mm_tput) / r.mm_tput,
+                    "mm mean": r.mm_mean, "eng mean": mean.mean(), "mm p95": r.mm_p95, "eng p95": p95.mean(),
+                    "eng p95 min-max": f"{p95.min():.0f}-{p95.max():.0f}", "Δp95": p95.mean() - r.mm_p95})
+        print(f"[{i + 1}/{len(table)}] {out[-1]['setting']} {r.cc}: engine p95 {p95.mean():.1f} vs "
+              f"Mahimahi {r.mm_p95:.1f} ms", file=sys.stderr, flush=True)
+    return pd.DataFrame(out)
+
+
+def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{s} {c}" for s, c in zip(summary["setting"], summary["scheme"])]
+    y = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) + 1.5))
+    ax.errorbar(summary["mm p95"], y, xerr=summary["mm sd p95"], fmt="o", label="real Mahimahi (± run-to-run sd)")
+    ax.plot(summary["eng p95"], y, "x", color="C3", label="calibrate-link")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("p95 one-way delay (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 - 1.2 / (0.32 * len(labels) + 1.5)), ncol=2, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mahimahi-user", metavar="NAME", help="unprivileged account Mahimahi's shells run as")
+    parser.add_argument("--reference", action="store_true",
+                        help="compare with the reference table instead of running Mahimahi (the default without mm-link)")
+    parser.add_argument("--rows", metavar="A,B", help="settings to run, by name prefix, e.g. 12/20/100/0%%,3/80")
+    parser.add_argument("--schemes", metavar="A,B", help="schemes to run (default: each row's)")
+    parser.add_argument("--runtime", type=float, default=20.0, help="seconds per run (default: %(default)s)")
+    parser.add_argument("--replicates", type=int, default=3, help="runs per system (default: %(default)s)")
+    parser.add_argument("--systems", default="mahimahi,engine",
+                        help="what runs the flows, of mahimahi (real), engine (Mahimahi's timing, the "
+                             "default) and ideal (the engine with one exact millisecond clock, as before "
+                             "the fix) (default: %(default)s)")
+    parser.add_argument("--timing", choices=engine.TIMINGS, default="mahimahi",
+                        help="--reference only: the engine's timing model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--report", type=Path, metavar="RUNS_CSV",
+                        help="print the tables of an earlier run's vs_mahimahi_runs_*.csv (several: comma-separated)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    if args.reference or shutil.which("mm-link") is None:
+        if not args.reference:
+            print("mm-link is not on PATH: comparing with the reference table instead", file=sys.stderr)
+        result = run_reference(args)
+        result.to_csv(args.out / f"vs_mahimahi_reference_{args.timing}_{stamp}.csv", index=False)
+        print(result.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        return 0
+    if not args.mahimahi_user:
+        parser.error("--mahimahi-user NAME is needed to run Mahimahi's shells (they refuse root)")
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if args.report:
+        runs = pd.concat([pd.read_csv(p) for p in str(args.report).split(",")], ignore_index=True)
+        args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
+        args.replicates = int(runs["replicate"].max())
+        report(runs, args, stamp)
+        return 0
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown or "mahimahi" not in args.systems:
+        parser.error(f"--systems: choose mahimahi and one or more of engine, ideal (got {args.systems})")
+    runs = run_matrix(args)
+    runs.to_csv(args.out / f"vs_mahimahi_runs_{stamp}.csv", index=False)
+    report(runs, args, stamp)
+    return 0
+
+
+def report(runs: pd.DataFrame, args: argparse.Namespace, stamp: str) -> None:
+    for system in [s for s in args.systems if s != "mahimahi"]:
+        summary = summarize(runs, system)
+        what = {"engine": "the engine (Mahimahi's timing)", "ideal": "the engine with ideal timing (before)"}[system]
+        print(f"\n{what} vs real Mahimahi; {args.replicates} runs of {args.runtime:g} s per system, row and scheme")
+        print(summary.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+        passed = int((summary["pass"] == "yes").sum()) if len(summary) else 0
+        print(f"rows passing: {passed} of {len(summary)}")
+        if len(summary):
+            summary.to_csv(args.out / f"vs_mahimahi_{system}_{stamp}.csv", index=False)
+            figure = args.out / f"vs_mahimahi_{system}_{stamp}.png"
+            plot(summary, figure, f"p95 one-way delay: {what} vs real Mahimahi")
+            print(f"plot: {figure}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
