@@ -1,6 +1,6 @@
 """Exporting a calibration: the winning emulator, ready to use, with its fidelity report.
 
-`export(RUN_DIR)` reads a run directory (`calibrate.calibration` defines its files) and writes
+`export(RUN_DIR)` reads a run directory (`calibrate.runs.journal.RunDir`) and writes
 RUN_DIR/export/ (or ``out``):
 
 - ``emulator.json``: per link kind (winner first, ``winner`` marks it) the incumbent emulator
@@ -44,14 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from calibrate import binaries
-from calibrate.calibration import (FORMAT, JOURNAL, LINK_KINDS, RESULT, RUN_FILE, TARGET_FILE,
-                                   Calibration, jsonable, emulator_of, read_journal, write_atomic)
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import TOTAL
 from calibrate.ranges import Ranges
-from calibrate.target import Target
+from calibrate.runs.config import LINK_KINDS, emulator_of
+from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
+from calibrate.runs.loop import Calibration
 
 EXPORT_DIR = "export"
 EXPORT_FORMAT = "calibrate-export"
@@ -75,78 +75,42 @@ EMULATOR_KEYS = {"rate": "rate_mbps", "delay": "delay_ms", "queue": "queue_packe
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading a run directory
+# What is exported
 
 
 @dataclass(frozen=True)
 class CalibrationRun:
-    """A run directory as read for export: its settings, target, journal and result."""
+    """A run directory as read for export: the directory, its journal and its result."""
 
-    run_dir: Path
-    meta: Mapping[str, Any]  # run.json
-    target: Target
-    records: Sequence[Mapping[str, Any]]  # the journal, in order
+    directory: RunDir
+    records: Sequence[Evaluation]  # the journal, in order
     result: Mapping[str, Any]  # result.json's content (`Calibration.result`)
     result_source: str  # "result.json", or why it was computed again
 
-
-_RECORD_KEYS = ("link", "candidate", "f", "params", "seed", "schemes")
-
-
-def _check_record(record: Any, number: int, path: Path) -> None:
-    where = f"{path}: evaluation {number}"
-    if not isinstance(record, dict) or any(k not in record for k in _RECORD_KEYS):
-        raise InputError(f"{where} lacks some of {', '.join(_RECORD_KEYS)}; this is not a "
-                         f"journal written by `calibrate run`")
-    if record["link"] not in LINK_KINDS or not isinstance(record["f"], (int, float)):
-        raise InputError(f"{where}: link kind {record['link']!r} or f {record['f']!r} is not "
-                         f"valid; the journal is damaged")
+    @property
+    def run_dir(self) -> Path:
+        return self.directory.path
 
 
 def load_run(run_dir: Path | str) -> CalibrationRun:
-    """Read RUN_DIR, with errors that say what is wrong and what to do."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise InputError(f"{run_dir}: no such run directory; give the RUN_DIR that `calibrate run "
-                         f"--out` wrote (default runs/<target>-<time>)")
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir} is a file, not a calibration run directory")
-    if not (run_dir / RUN_FILE).exists():
-        raise InputError(f"{run_dir} is not a calibration run directory (no {RUN_FILE}); "
-                         f"start one with `calibrate run TARGET --out {run_dir}`")
-    meta = read_json(run_dir / RUN_FILE, what="run settings")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "config" not in meta:
-        raise InputError(f"{run_dir / RUN_FILE} is not the settings file of a calibration run")
-    target = Target.from_json(read_json(run_dir / TARGET_FILE, what="target"),
-                              str(run_dir / TARGET_FILE))
-    journal = run_dir / JOURNAL
-    try:
-        records = read_journal(journal)
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{journal}: cannot read the journal ({getattr(error, 'strerror', None) or error}); "
-                         f"check the file's permissions") from None
+    """Open RUN_DIR (`RunDir.open`) and its result, with errors that say what is wrong and what
+    to do.  Reads only: a run may still be writing its journal."""
+    directory = RunDir.open(run_dir)
+    records = directory.evaluations()
     if not records:
-        raise InputError(f"{run_dir}: nothing evaluated yet ({JOURNAL} has no finished "
-                         f"evaluation); let the calibration run (`calibrate resume {run_dir}`) "
-                         f"and export once it has journaled evaluations")
-    for number, record in enumerate(records, start=1):
-        _check_record(record, number, journal)
-    result, source = None, RESULT
-    if (run_dir / RESULT).exists():
-        result = read_json(run_dir / RESULT, what="calibration result")
-        if not isinstance(result, dict) or result.get("evaluations") != len(records):
-            result, source = None, f"{RESULT} is older than the journal; computed from the journal"
-    else:
-        source = f"no {RESULT} (interrupted run); computed from the journal"
+        raise InputError(f"{directory.path}: nothing evaluated yet ({JOURNAL} has no finished "
+                         f"evaluation); let the calibration run (`calibrate resume "
+                         f"{directory.path}`) and export once it has journaled evaluations")
+    result, source = directory.read_result(), RESULT
     if result is None:
-        try:
-            result = jsonable(Calibration.open(run_dir, read_only=True).result())
-        except (KeyError, TypeError, ValueError) as error:
-            raise InputError(f"{run_dir / RUN_FILE} is malformed ({type(error).__name__}: "
-                             f"{error}); it was not written by this calibrate") from None
+        source = f"no {RESULT} (interrupted run); computed from the journal"
+    elif not isinstance(result, dict) or result.get("evaluations") != len(records):
+        result, source = None, f"{RESULT} is older than the journal; computed from the journal"
+    if result is None:
+        result = jsonable(Calibration.of(directory, records).result())
     if not result.get("winner") or result["winner"] not in result.get("links", {}):
-        raise InputError(f"{run_dir}: no link kind has a scored evaluation; nothing to export")
-    return CalibrationRun(run_dir, meta, target, records, result, source)
+        raise InputError(f"{directory.path}: no link kind has a scored evaluation; nothing to export")
+    return CalibrationRun(directory, tuple(records), result, source)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,30 +183,31 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                  files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """emulator.json's content.  ``emulators``/``files``: per link kind with an incumbent, its
     emulator and `emulator_files`' answer (``files[""]`` is the winner's top-level copy)."""
-    result, meta = run.result, run.meta
+    result, meta, target = run.result, run.directory.meta, run.directory.target
     winner = result["winner"]
     ours = meta.get("schemes", {})
     links: dict[str, Any] = {}
     for link in [winner, *(l for l in result["links"] if l != winner)]:
         v = result["links"][link]
         entry: dict[str, Any] = {"winner": link == winner,
-                                 "evaluations": sum(r["link"] == link for r in run.records),
+                                 "evaluations": sum(r.link == link for r in run.records),
                                  "stopped": v.get("stopped")}
         if link in emulators:
-            record = next((r for r in run.records if r["candidate"] == v["candidate"]), {})
+            record = next((r for r in run.records if r.candidate == v["candidate"]), None)
             entry.update({
                 "candidate": v["candidate"], "emulator": _emulator_json(emulators[link]),
                 "f": v["f"], "noise": v.get("noise"), "floor": v.get("floor"),
                 "model_mean": v.get("model_mean"), "best_observed_f": v.get("best_observed_f"),
                 "errors_pct": v["errors_pct"], "loss_error_pct": v["errors_pct"].get("loss"),
-                "loss_seeds": record.get("loss_seeds"), "refined": v.get("refined"),
+                "loss_seeds": None if record is None else list(record.loss_seeds),
+                "refined": v.get("refined"),
                 **_ranges_json(Ranges.from_json(v)),
                 "schemes": _scheme_rows(v["schemes"], ours), "files": dict(files[link])})
         links[link] = entry
     best = links[winner]
     return {
         "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
-        "target": run.target.name or run.target.provenance.source,
+        "target": target.name or target.provenance.source,
         "winner": winner,
         "emulator": {**best["emulator"], "f": best["f"], "noise": best["noise"],
                      "ranges": best["ranges"], "ranges_text": best["ranges_text"],
@@ -255,8 +220,8 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                   "loss, uplink_loss": "fraction", "paths": "relative to this directory",
                   "ranges": "[low, high] in the unit of the emulator key it is under"},
         "provenance": {
-            "target": {"name": run.target.name, "workload": run.target.workload.to_json(),
-                       "provenance": run.target.provenance.to_json()},
+            "target": {"name": target.name, "workload": target.workload.to_json(),
+                       "provenance": target.provenance.to_json()},
             "run": {"run_dir": str(run.run_dir.resolve()), "created": meta.get("created"),
                     "settings": meta.get("config"), "space": meta.get("space"),
                     "warm_start": meta.get("warm_start"), "schemes": ours,
@@ -332,7 +297,7 @@ def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
         fig.savefig(out, dpi=150)
 
 
-def plot_convergence(records: Sequence[Mapping[str, Any]], out: Path,
+def plot_convergence(records: Sequence[Evaluation], out: Path,
                      incumbents: Mapping[str, int] | None = None) -> None:
     """f against the evaluation number of each link kind: observations (with their noise as
     error bars), the best so far as a step line, the incumbent starred."""
@@ -342,13 +307,13 @@ def plot_convergence(records: Sequence[Mapping[str, Any]], out: Path,
     ax = fig.add_subplot(1, 1, 1)
     values = []
     for link in LINK_KINDS:
-        mine = [r for r in records if r["link"] == link]
+        mine = [r for r in records if r.link == link]
         if not mine:
             continue
         color = LINK_COLORS[link]
         n = list(range(1, len(mine) + 1))
-        f = [float(r["f"]) for r in mine]
-        noise = [r.get("noise") or 0.0 for r in mine]
+        f = [r.f for r in mine]
+        noise = [r.noise or 0.0 for r in mine]
         values += f
         ax.errorbar(n, f, yerr=noise if any(noise) else None, fmt="o", markersize=4,
                     color=color, alpha=0.6, elinewidth=0.8, capsize=2, label=f"{link}: f")
@@ -356,7 +321,7 @@ def plot_convergence(records: Sequence[Mapping[str, Any]], out: Path,
         ax.step(n, best, where="post", color=color, linewidth=1.5, label=f"{link}: best so far")
         chosen = (incumbents or {}).get(link)
         for i, r in enumerate(mine):
-            if r["candidate"] == chosen:
+            if r.candidate == chosen:
                 ax.scatter([n[i]], [f[i]], marker="*", s=160, color=color, edgecolors="black",
                            zorder=4, label=f"{link}: chosen")
     positive = [v for v in values if v > 0]

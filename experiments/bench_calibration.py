@@ -22,8 +22,8 @@ Definitions (also printed with the tables):
   `calibrate run` would report.
 - EI stop: the evaluation after which `improvement_ruled_out()`, the loop's stop rule (the model
   is confident no point beats the incumbent by more than the noise; calibrate.optimizers.base),
-  first held (the model evaluator checks it after each batch, as calibration.py does after each
-  evaluation, but keeps going to the budget); "–" when it never held.
+  first held (the model evaluator checks it after each batch, as the loop (calibrate.runs.loop)
+  does after each evaluation, but keeps going to the budget); "–" when it never held.
 
 Two evaluators (``--evaluator``):
 
@@ -36,9 +36,9 @@ of every optimizer sees the same noise (common random numbers).  The target is t
 averaged over 10 replicates; the space and the warm start come from the target's statistics
 (`space_from_target`, `warm_start`, the default Pantheon hints: saturator and cubic saturate,
 vegas and copa are delay-based, the saturator probes the rate), the initial design size from `RunConfig.initial_design`, the
-warm start is passed as calibration.py passes it.  Each optimizer is driven through ask/tell
+warm start is passed as the loop passes it.  Each optimizer is driven through ask/tell
 directly, in synchronous batches of ``--batch`` points (the slots of the host), each scored with
-``--replicates`` noisy replicates, and told f and its delta-method noise as calibration.py tells
+``--replicates`` noisy replicates, and told f and its delta-method noise as the loop tells
 them.  The targets have constant deliveries, and one link kind is searched (the goal's "per link
 kind" is this one).  Wall times are the optimizers' own overhead (the model costs microseconds);
 with real evaluations add the evaluations' time, about (runtime + 3 s) per batch.
@@ -91,10 +91,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from calibrate.calibration import JOURNAL, Calibration, RunConfig, emulator_of, read_journal
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
+from calibrate.runs.config import RunConfig, emulator_of
+from calibrate.runs.journal import RunDir
+from calibrate.runs.loop import Calibration
 from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -161,7 +163,7 @@ class ModelProblem:
         return cls(seed, hidden, real, space_from_target(stats), warm_start(stats), config)
 
     def evaluate(self, x: Mapping[str, float], stream: int, index: int, replicates: int) -> tuple[float, float]:
-        """(f, its noise) of emulator x, as calibration.py scores and tells it."""
+        """(f, its noise) of emulator x, as the loop scores and tells it."""
         emulated = model_replicates(x, self.seed, stream, index, replicates, schemes=MODEL_SCHEMES)
         error = replication_error(self.real, emulated,
                                   aggregate=self.config.aggregate,  # type: ignore[arg-type]
@@ -203,7 +205,7 @@ class Trace:
 
 def model_search(problem: ModelProblem, name: str, budget: int, batch: int, replicates: int,
                  cold: bool = False) -> Trace:
-    """ask/tell in synchronous batches of `batch`, warm start and design as calibration.py
+    """ask/tell in synchronous batches of `batch`, warm start and design as the loop
     (`cold`: without the warm start, to measure the search alone)."""
     space, config = problem.space, problem.config
     started = time.monotonic()
@@ -285,11 +287,11 @@ def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[
                 console.print(f"seed {seed}: {name}: calibrating into {run_dir}", highlight=False)
                 calibration = Calibration.start(run_dir, config, target)
                 result = calibration.run(evaluator)
-                records = read_journal(run_dir / JOURNAL)
+                records = RunDir.open(run_dir).evaluations()
                 link = result["links"]["constant"]
-                confident = next((i + 1 for i, r in enumerate(records) if r.get("confident")), None)
-                traces.append(Trace(seed, name, hidden, [r["f"] for r in records],
-                                    [r["elapsed_s"] for r in records], link["params"], confident))
+                confident = next((i + 1 for i, r in enumerate(records) if r.confident), None)
+                traces.append(Trace(seed, name, hidden, [r.f for r in records],
+                                    [r.elapsed_s for r in records], link["params"], confident))
                 if truth is None:
                     truth = calibration.evaluate(evaluator, hidden, "constant").f
                     hidden_rows.append(hidden_row(seed, hidden, calibration.problem.space,

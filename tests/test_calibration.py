@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.calibration import JOURNAL, RESULT, Calibration, RunConfig, read_journal
 from calibrate.evaluation import Evaluator, RaySettings
+from calibrate.runs.journal import JOURNAL, RESULT, RunDir
+from calibrate.runs.loop import Calibration
 from calibrate.target import load_target
 
 pytestmark = pytest.mark.needs_root
@@ -107,10 +108,10 @@ def test_calibration_recovers_the_hidden_emulator(synthetic_target, tmp_path):
     assert abs(params["rate"] / HIDDEN["rate"] - 1) <= 0.15, params
     assert abs(params["delay"] - HIDDEN["delay"]) <= 3, params
     # Every finished evaluation is in the journal, once, with its seeds and runs.
-    records = read_journal(run_dir / JOURNAL)
+    records = RunDir.open(run_dir).evaluations()
     assert len(records) == best["evaluations"] == 20
-    assert len({r["candidate"] for r in records}) == 20
-    assert all(len(r["runs"]) == 3 * 2 and r["loss_seeds"] for r in records)
+    assert len({r.candidate for r in records}) == 20
+    assert all(len(r.runs) == 3 * 2 and r.loss_seeds for r in records)
     # The measured noise floor: f of the hidden emulator itself, scored like any candidate.
     calibration = Calibration.open(run_dir)
     with Evaluator(RaySettings()) as evaluator:
@@ -123,7 +124,7 @@ def test_calibration_recovers_the_hidden_emulator(synthetic_target, tmp_path):
     # evaluation; 2.3 % at 7.80 Mbit/s, 30 ms, 59 packets): the incumbent rule must not trade a
     # measured point for a smoothed one.  The noise-floor bar is the lossy path's test below,
     # whose runs scatter.
-    assert best["f"] < 5.0 and best["f"] <= records[0]["f"]
+    assert best["f"] < 5.0 and best["f"] <= records[0].f
     # Exported with the run.
     export = run_dir / "export"
     assert (export / "emulator.json").exists() and (export / "figure3.png").exists()
@@ -164,7 +165,7 @@ def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(synthetic_target
     journal = run_dir / JOURNAL
     deadline = time.monotonic() + 300
     try:
-        while not (journal.exists() and len(read_journal(journal)) >= 2):
+        while not (journal.exists() and len(RunDir.open(run_dir).evaluations()) >= 2):
             assert process.poll() is None, process.stdout.read().decode()
             assert time.monotonic() < deadline, "no evaluation finished in 300 s"
             time.sleep(0.2)
@@ -173,18 +174,18 @@ def test_resume_after_sigkill_loses_nothing_and_repeats_nothing(synthetic_target
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)  # the driver and everything it started
         process.wait()
-    before = read_journal(journal)
+    before = RunDir.open(run_dir).evaluations()
     assert 2 <= len(before) < 6 and not (run_dir / RESULT).exists()
     _wait_clean(before_ns)
 
     done = _calibrate("resume", str(run_dir), "--quiet")
-    after = read_journal(journal)
+    after = RunDir.open(run_dir).evaluations()
     assert after[:len(before)] == before  # the history is intact
-    assert [r["link"] for r in after].count("constant") == 3
-    assert [r["link"] for r in after].count("poisson") == 3
-    points = [(r["link"], tuple(r["x"])) for r in after]
+    assert [r.link for r in after].count("constant") == 3
+    assert [r.link for r in after].count("poisson") == 3
+    points = [(r.link, tuple(r.x)) for r in after]
     assert len(set(points)) == len(points)  # nothing evaluated twice
-    assert len({r["candidate"] for r in after}) == len(after)
+    assert len({r.candidate for r in after}) == len(after)
     result = json.loads((run_dir / RESULT).read_text())
     assert result["evaluations"] == 6 and "poisson" in done.stdout
     _wait_clean(before_ns)
@@ -241,10 +242,10 @@ def test_a_worker_killed_mid_run_is_retried_by_ray(synthetic_target, tmp_path):
     output = process.communicate(timeout=300)[0].decode()
     assert killed is not None, "no Ray task was seen running"
     assert process.returncode == 0, output
-    records = read_journal(run_dir / JOURNAL)
+    records = RunDir.open(run_dir).evaluations()
     assert len(records) == 2
     for record in records:  # every run completed, none penalized: the killed task ran again
-        assert not record["penalized"] and all(r["reason"] is None for r in record["runs"])
+        assert not record.penalized and all(r["reason"] is None for r in record.runs)
     _wait_clean(before_ns)
 
 
@@ -275,7 +276,7 @@ def test_run_joins_an_existing_cluster_by_address(synthetic_target, tmp_path, ra
                       "--budget", "1", "--runtime", "3", "--replicates", "1", "--address", address,
                       "--out", str(run_dir), "--quiet")
     assert "2 emulator slots" in done.stderr  # the cluster's, not an embedded Ray's 4 per core
-    assert len(read_journal(run_dir / JOURNAL)) == 1
+    assert len(RunDir.open(run_dir).evaluations()) == 1
     # The cluster is still up after the run (joined, not started: only disconnected from).
     assert _ray("status", f"--address={address}").returncode == 0
 

@@ -18,11 +18,12 @@ import pytest
 pytest.importorskip("botorch")
 
 from calibrate import refinement  # noqa: E402
-from calibrate.calibration import (JOURNAL, REFINE_SHARE, RESULT, Calibration, ProgressInfo,  # noqa: E402
-                                   RunConfig, read_journal)
 from calibrate.evaluation import RunMetrics, RunTask  # noqa: E402
 from calibrate.export import export  # noqa: E402
 from calibrate.ranges import MEANING, Ranges  # noqa: E402
+from calibrate.runs.config import RunConfig  # noqa: E402
+from calibrate.runs.journal import JOURNAL, RESULT, RunDir  # noqa: E402
+from calibrate.runs.loop import REFINE_SHARE, Calibration, ProgressInfo  # noqa: E402
 from calibrate.target import load_target  # noqa: E402
 
 BUDGET = 10
@@ -80,8 +81,8 @@ def calibrated(tmp_path_factory) -> tuple[Path, dict[str, Any], dict[str, float]
 
 def test_the_last_part_of_the_budget_refines_around_the_incumbent(calibrated):
     run_dir, result, _ = calibrated
-    records = read_journal(run_dir / JOURNAL)
-    phases = [r["phase"] for r in records]
+    records = RunDir.open(run_dir).evaluations()
+    phases = [r.phase for r in records]
     refined = phases.count("refine")
     assert len(records) == BUDGET and refined >= round(REFINE_SHARE * BUDGET)
     assert phases == ["search"] * (BUDGET - refined) + ["refine"] * refined
@@ -90,9 +91,9 @@ def test_the_last_part_of_the_budget_refines_around_the_incumbent(calibrated):
     # each refinement candidate is one step from the incumbent of the history before it
     space = Calibration.open(run_dir, read_only=True).problem.space
     for i, record in enumerate(records):
-        if record["phase"] == "refine":
+        if record.phase == "refine":
             before = rebuilt(run_dir, i)
-            assert any(np.allclose(record["x"], u)
+            assert any(np.allclose(record.x, u)
                        for u in refinement.neighbours(space, before.searches["constant"].optimizer.best().x))
 
 
@@ -109,12 +110,12 @@ def rebuilt(run_dir: Path, lines: int, out: Path | None = None) -> Calibration:
 
 def test_resume_proposes_the_same_refinement(calibrated):
     run_dir, _, hidden = calibrated
-    records = read_journal(run_dir / JOURNAL)
+    records = RunDir.open(run_dir).evaluations()
     calibration = rebuilt(run_dir, BUDGET - 1)
     calibration.run(AnalyticEvaluator(calibration, hidden))
-    again = read_journal(calibration.run_dir / JOURNAL)
-    assert again[-1]["phase"] == records[-1]["phase"] == "refine"
-    assert again[-1]["params"] == records[-1]["params"]
+    again = RunDir.open(calibration.run_dir).evaluations()
+    assert again[-1].phase == records[-1].phase == "refine"
+    assert again[-1].params == records[-1].params
 
 
 def test_result_reports_the_ranges(calibrated, capsys):
@@ -127,7 +128,8 @@ def test_result_reports_the_ranges(calibrated, capsys):
         assert r.low <= link["params"][r.name] <= r.high
     assert json.loads((run_dir / RESULT).read_text())["links"]["constant"]["ranges"] == link["ranges"]
 
-    from calibrate.cli.run import Display, print_result
+    from calibrate.cli.common import print_result
+    from calibrate.cli.run import Display
 
     print_result(result, run_dir, None)
     assert f"constant: {ranges.sentence()}" in capsys.readouterr().out.replace("\n", " ")
@@ -149,7 +151,7 @@ def test_a_journal_from_before_phases_still_opens_and_exports(calibrated, tmp_pa
     shutil.rmtree(old / "export", ignore_errors=True)
     lines = [json.loads(line) for line in (old / JOURNAL).read_text().splitlines()]
     (old / JOURNAL).write_text("".join(
-        json.dumps({k: v for k, v in r.items() if k not in ("phase", "confident")}) + "\n"
+        json.dumps({k: v for k, v in r.items() if k not in ("phase", "confident", "version")}) + "\n"
         for r in lines))
     stale = {**result, "links": {l: {k: v for k, v in e.items() if not k.startswith("ranges")}
                                  for l, e in result["links"].items()}}

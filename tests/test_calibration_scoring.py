@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.calibration import Calibration, RunConfig, problem_of
 from calibrate.evaluation import RunMetrics
+from calibrate.runs.config import RunConfig
+from calibrate.runs.loop import Calibration
 from calibrate.target import load_target
 from pantheon_fixtures import ERAS, write_data_dir
 

@@ -201,7 +201,7 @@ def test_mahimahi_targets_bounds_contain_the_truth(name, with_evidence):
 
 
 def test_mahimahi_target_evidence_reaches_the_calibration():
-    from calibrate.calibration import RunConfig, problem_of
+    from calibrate.runs.config import RunConfig, problem_of
 
     target = _mahimahi_target("M1")
     problem = problem_of(target, RunConfig(target="M1"))

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from calibrate import trace
-from calibrate.calibration import (JOURNAL, RESULT, Calibration, RunConfig, jsonable,
-                                   append_journal, emulator_of, scheme_table, write_atomic)
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.export import export
 from calibrate.objective import Failure, Stats, replication_error
+from calibrate.runs.config import RunConfig, emulator_of, scheme_table
+from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
+from calibrate.runs.loop import Calibration
 from calibrate.target import load_target
 
 # (link, params, how far the emulated numbers are off): poisson's second candidate is best;
@@ -34,8 +35,8 @@ RUNNER_UP = CANDIDATES[2]
 FAILING = 2  # the candidate with a failed scheme
 
 
-def _record(calibration: Calibration, index: int, link: str, params: dict, off: float) -> dict:
-    """One journal line as `Calibration._finish` writes it, scored by the real objective."""
+def _record(calibration: Calibration, index: int, link: str, params: dict, off: float) -> Evaluation:
+    """One journal record as `Calibration._finish` makes it, scored by the real objective."""
     problem = calibration.problem
     emulated = {}
     for i, (key, real) in enumerate(problem.real.items()):
@@ -49,7 +50,7 @@ def _record(calibration: Calibration, index: int, link: str, params: dict, off: 
     seed = json.loads((calibration.run_dir / "run.json").read_text())["seeds"][link]
     emulator = emulator_of(params, link, seed)
     now = dt.datetime.now(dt.timezone.utc).isoformat()
-    return jsonable({
+    return Evaluation.from_json(jsonable({
         "index": index, "link": link, "candidate": index,
         "x": [float(v) for v in problem.space.from_values(params, clip=True)],
         "params": params, "emulator": emulator.mahimahi_command(), "seed": seed,
@@ -58,7 +59,7 @@ def _record(calibration: Calibration, index: int, link: str, params: dict, off: 
         "errors_pct": {"tput": error.throughput, "delay": error.delay, "loss": error.loss},
         "schemes": scheme_table(error), "penalized": {str(k): v for k, v in error.penalized.items()},
         "runs": [], "started_at": now, "finished_at": now, "seconds": 12.0,
-        "elapsed_s": 12.0 * (index + 1)})
+        "elapsed_s": 12.0 * (index + 1)}))
 
 
 def make_run(root: Path, candidates=CANDIDATES, *, result: bool = True) -> Path:
@@ -67,7 +68,7 @@ def make_run(root: Path, candidates=CANDIDATES, *, result: bool = True) -> Path:
                        seed=3)
     calibration = Calibration.start(run_dir, config, load_target("nepal"))
     for index, (link, params, off) in enumerate(candidates):
-        append_journal(run_dir / JOURNAL, _record(calibration, index, link, params, off))
+        calibration.directory.append(_record(calibration, index, link, params, off))
     if result:
         write_atomic(run_dir / RESULT, jsonable(Calibration.open(run_dir).result()))
     return run_dir
@@ -215,7 +216,7 @@ def test_a_single_link_kind_and_reexport_replace_old_files(tmp_path):
     assert report["links"]["constant"]["files"]["traces"] == ["traces/7.25mbps.trace"]
     # a resumed run found a better constant emulator: the re-export drops the old trace
     better = ("constant", {"rate": 8.0, "delay": 30, "queue": 60, "loss": 0.0}, 0.02)
-    append_journal(run_dir / JOURNAL, _record(Calibration.open(run_dir), 5, *better))
+    RunDir.open(run_dir).append(_record(Calibration.open(run_dir), 5, *better))
     report = json.loads((export(run_dir) / "emulator.json").read_text())
     assert report["emulator"]["rate_mbps"] == 8.0
     assert sorted(p.name for p in (out / "traces").iterdir()) == ["8mbps.trace"]

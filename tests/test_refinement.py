@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("botorch")
 
 from calibrate import refinement  # noqa: E402
-from calibrate.optimizers import from_state, make_optimizer  # noqa: E402
+from calibrate.optimizers import make_optimizer  # noqa: E402
 from calibrate.space import SearchSpace  # noqa: E402
 
 FAST = {"num_restarts": 2, "raw_samples": 64, "mc_samples": 32}
@@ -95,7 +95,9 @@ def test_refinement_reaches_the_integer_optimum():
 
 def test_refinement_proposals_are_a_function_of_the_history():
     opt, _ = searched(1)
-    again = from_state(opt.state())  # what a resumed run rebuilds from the journal
+    # what a resumed run rebuilds from the journal: the same settings, told the same history
+    again = make_optimizer("gpytorch", SPACE.dim, seed=1, n_initial=8, **FAST)
+    again.tell(*opt.history)
     first = refinement.propose(opt, SPACE, 2)
     assert np.allclose(first, refinement.propose(again, SPACE, 2))
     # the pending ones are not proposed again; once every neighbour is evaluated or running,

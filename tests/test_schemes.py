@@ -209,13 +209,13 @@ def test_wrappers_run_with_their_contract_and_failures_are_reported(pantheon_che
 
 
 def test_calibration_runs_the_targets_own_schemes_from_a_pantheon_checkout(pantheon_checkout):
-    from calibrate.calibration import RunConfig, problem_of
+    from calibrate.runs.config import RunConfig, problem_of
     from calibrate.target import load_target
 
     config = RunConfig(target="nepal", pantheon_dir=str(pantheon_checkout),
                        pantheon_python=sys.executable)
     assert RunConfig.from_json(config.to_json()) == config  # kept in run.json for resume
     problem = problem_of(load_target("nepal"), config)
-    assert problem.schemes["quic"].name == "pantheon-quic"  # Pantheon's wrapper, not quinn
-    assert problem.schemes["default_tcp"].name == "cubic"
-    assert problem_of(load_target("nepal"), RunConfig(target="nepal")).schemes["quic"].name == "quic-cubic"
+    assert problem.schemes["quic"] == "pantheon-quic"  # Pantheon's wrapper, not quinn
+    assert problem.schemes["default_tcp"] == "cubic"
+    assert problem_of(load_target("nepal"), RunConfig(target="nepal")).schemes["quic"] == "quic-cubic"

@@ -1,10 +1,78 @@
-"""What several commands share: options and the objects built from them."""
+"""What several commands share: options, the objects built from them, and how results print.
+
+Options: how a TARGET is fetched (`add_source_options`, `load_target_of`: target, run,
+score), the Pantheon checkout (`add_pantheon_options`: schemes, emulate, run,
+score), the emulator backend (`add_backend_options`: emulate, run, score), how one evaluation
+runs and is scored (`add_evaluation_options`: run, score) and Ray (`add_ray_options`: run,
+resume, score).  Output: the numbers (`fmt_f`, `fmt_duration`) and tables (`scheme_rows`,
+`print_result`) that `run`, `resume`, `score` and `export` print alike.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
 from calibrate.engine import BACKENDS, Backend
+from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.schemes import Registry, load_registry
+
+TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
+               "data directory, a summary table (CSV, JSON, compare_two_experiments text), a saved "
+               "target JSON, or a bundled name (nepal)")
+
+
+# ----------------------------------------------------------------------------------------------
+# The target
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """How result IDs and archives are fetched (`target`, `run`, `score`)."""
+    from calibrate import result_id as r
+
+    group = parser.add_argument_group("fetching result IDs and archives")
+    group.add_argument("--base-url", help=f"Pantheon website (env {r.ENV_BASE_URL}; default "
+                                          f"{r.DEFAULT_BASE_URL})")
+    group.add_argument("--index", help=f"archive index, a JSON file or URL (env {r.ENV_INDEX})")
+    group.add_argument("--cache-dir", type=Path,
+                       help=f"download and extraction cache (env {r.ENV_CACHE_DIR}; default "
+                            "~/.cache/calibrate)")
+    group.add_argument("--offline", action="store_const", const=True, default=None,
+                       help=f"use only the cache, never the network (env {r.ENV_OFFLINE}=1)")
+    group.add_argument("--max-extract-bytes", type=int,
+                       help=f"refuse archives expanding past this (env {r.ENV_MAX_EXTRACT})")
+
+
+def load_target_of(args: argparse.Namespace):
+    """The target `args.target` names, fetched as `add_source_options` say."""
+    from calibrate.result_id import FetchOptions
+    from calibrate.target import load_target
+
+    options = FetchOptions.from_environment(
+        base_url=args.base_url, index=args.index, cache_dir=args.cache_dir, offline=args.offline,
+        max_extract_bytes=args.max_extract_bytes, progress=sys.stderr.isatty())
+    return load_target(args.target, fetch=options)
+
+
+# ----------------------------------------------------------------------------------------------
+# Schemes and the emulator backend
+
+
+def add_pantheon_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pantheon-dir", type=Path, metavar="DIR",
+                        help="a Pantheon checkout: add its src/wrappers/<key>.py as pantheon-<key> "
+                             "(preferred for the label <key> when available)")
+    parser.add_argument("--pantheon-python", metavar="PYTHON",
+                        help="interpreter for Pantheon's wrappers (default: python2 if one runs, "
+                             "else python3)")
+
+
+def registry_from(args: argparse.Namespace) -> Registry:
+    return load_registry(args.pantheon_dir, args.pantheon_python)
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
@@ -22,3 +90,143 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
 def backend_from(args: argparse.Namespace) -> Backend:
     """The Backend the options name (checked: a mahimahi backend needs its user)."""
     return Backend(args.backend, args.mahimahi_user)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("calibration runs emulators in network namespaces, which needs "
+                                 "root (CAP_NET_ADMIN); run calibrate as root")
+
+
+# ----------------------------------------------------------------------------------------------
+# One evaluation, and Ray
+
+
+def add_evaluation_options(parser: argparse.ArgumentParser) -> None:
+    """TARGET and how one evaluation runs and is scored (`run` and `score`)."""
+    from calibrate.runs.config import RunConfig
+
+    d = RunConfig(target="")
+    parser.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    parser.add_argument("--schemes", metavar="A,B", help="target schemes to score (labels or "
+                        "names; default: every one this host runs)")
+    parser.add_argument("--runtime", type=float, default=d.runtime_s, metavar="S",
+                        help="seconds per scheme run, Pantheon's -t (default: %(default)s)")
+    parser.add_argument("--replicates", type=int, default=d.replicates, metavar="K",
+                        help="runs of each scheme per evaluation (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seed of traces, losses and the optimizers (default: %(default)s)")
+    parser.add_argument("--aggregate", choices=("mean", "median"), default=d.aggregate,
+                        help="the target's per-scheme aggregate (default: %(default)s)")
+    parser.add_argument("--include-loss", action="store_true",
+                        help="add the loss error to f (reported either way)")
+    add_pantheon_options(parser)
+    add_backend_options(parser)
+    add_source_options(parser)
+
+
+def run_config(args: argparse.Namespace, **search: Any):
+    """RunConfig from `add_evaluation_options` (plus a search's own settings)."""
+    from calibrate.runs.config import RunConfig
+
+    schemes = tuple(s.strip() for s in (args.schemes or "").split(",") if s.strip())
+    return RunConfig(target=args.target, schemes=schemes, runtime_s=args.runtime,
+                     replicates=args.replicates, seed=args.seed, aggregate=args.aggregate,
+                     include_loss=args.include_loss,
+                     pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
+                     pantheon_python=args.pantheon_python, backend=args.backend,
+                     mahimahi_user=args.mahimahi_user, **search)
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Ray")
+    group.add_argument("--address", help="join this Ray cluster (env RAY_ADDRESS); default: start "
+                                         "an embedded one on this host")
+    group.add_argument("--slots", type=int, metavar="N",
+                       help="embedded Ray only: engines at once (default: 4 per core)")
+    group.add_argument("--quiet", action="store_true", help="no live display; one line per evaluation")
+
+
+def ray_settings(args: argparse.Namespace):
+    """The RaySettings `add_ray_options` name."""
+    from calibrate.evaluation import RaySettings
+
+    if args.slots is not None and args.slots < 1:
+        raise InputError(f"--slots must be at least 1, got {args.slots}")
+    return RaySettings(address=args.address, slots=args.slots)
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+
+
+def fmt_f(value: float | None) -> str:
+    """A replication error (or its noise): one decimal and %, or – when unknown."""
+    return "–" if value is None or not math.isfinite(value) else f"{value:.1f} %"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
+    return "–" if value is None else f"{value * scale:.{digits}f}"
+
+
+def scheme_rows(schemes: list[dict[str, Any]], title: str):
+    """The per-scheme real-vs-emulated table (rows of `calibrate.runs.config.scheme_table`)."""
+    from rich.table import Table
+
+    rows = Table(title=title, title_justify="left")
+    for column in ("scheme", "flow", "tput real", "tput emu", "p95 real", "p95 emu",
+                   "loss real %", "loss emu %", "error %"):
+        rows.add_column(column)
+    for s in schemes:
+        real, emu = s["real"], s["emulated"] or {}
+        err = s["error_pct"]
+        rows.add_row(s["scheme"], s["flow"], f"{real['tput']:.2f}", _num(emu.get("tput"), 2),
+                     f"{real['delay']:.1f}", _num(emu.get("delay"), 1),
+                     f"{100 * real['loss']:.2f}", _num(emu.get("loss"), 2, 100),
+                     f"{(err['tput'] + err['delay']) / 2:.1f}")
+    return rows
+
+
+def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
+    """A calibration's result (`Calibration.result`) as `run`, `resume` and `export` print it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from calibrate.ranges import Ranges
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"calibration of {result['target']}: {result['evaluations']} evaluations, "
+                        f"{fmt_duration(result['wall_s'])}", title_justify="left")
+    for column in ("link kind", "f", "noise", "rate Mbit/s", "delay ms", "queue pkts", "loss %",
+                   "evals", "stopped"):
+        table.add_column(column)
+    for link, v in result["links"].items():
+        if "f" not in v:
+            table.add_row(link, "–", "–", "–", "–", "–", "–", "0", str(v.get("stopped")))
+            continue
+        p = v["params"]
+        mark = " *" if link == result["winner"] else ""
+        table.add_row(link + mark, fmt_f(v["f"]), fmt_f(v["noise"]), f"{p['rate']:.2f}",
+                      f"{p['delay']:.0f}", f"{p['queue']:.0f}", f"{100 * p['loss']:.3f}",
+                      str(v["evaluations"]), str(v["stopped"]))
+    console.print(table)
+    for link, v in result["links"].items():
+        if "f" in v:
+            console.print(f"{link}: {Ranges.from_json(v).sentence()}", highlight=False)
+    best = result.get("best")
+    if best:
+        console.print(scheme_rows(best["schemes"],
+                                  f"per scheme, {result['winner']} (* = winner): real vs emulated"))
+        console.print(f"emulator: {best['emulator']}", highlight=False)
+    if result.get("dropped"):
+        console.print(f"not scored: {', '.join(result['dropped'])} (reasons in run.json)",
+                      highlight=False)
+    console.print(f"run directory: {run_dir}" + (f"; export: {exported}" if exported else ""),
+                  highlight=False)

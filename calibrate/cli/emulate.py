@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from calibrate.cli.common import add_backend_options, backend_from
-from calibrate.cli.schemes import add_pantheon_options, registry_from
+from calibrate.cli.common import (add_backend_options, add_pantheon_options, backend_from,
+                                  registry_from)
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.metrics import TOTAL, Aggregate, aggregate

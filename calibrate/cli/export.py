@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _role(rel: str, winner: str) -> str:
-    from calibrate.calibration import LINK_KINDS
     from calibrate.export import COMMAND_FILES, FILE_ROLES, TRACES
+    from calibrate.runs.config import LINK_KINDS
 
     folder, _, name = rel.rpartition("/")
     if folder == TRACES:
@@ -43,7 +43,7 @@ def _export(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from calibrate.cli.run import print_result
+    from calibrate.cli.common import print_result
     from calibrate.export import REPORT, load_run, write_export
 
     run = load_run(args.run_dir)

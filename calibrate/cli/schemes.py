@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from calibrate.schemes import Registry, load_registry
-
-
-def add_pantheon_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pantheon-dir", type=Path, metavar="DIR",
-                        help="a Pantheon checkout: add its src/wrappers/<key>.py as pantheon-<key> "
-                             "(preferred for the label <key> when available)")
-    parser.add_argument("--pantheon-python", metavar="PYTHON",
-                        help="interpreter for Pantheon's wrappers (default: python2 if one runs, "
-                             "else python3)")
-
-
-def registry_from(args: argparse.Namespace) -> Registry:
-    return load_registry(args.pantheon_dir, args.pantheon_python)
+from calibrate.cli.common import add_pantheon_options, registry_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

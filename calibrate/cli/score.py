@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from calibrate.cli.run import (_fmt_f, _ray_options, _settings, evaluation_options, require_root,
-                               run_config, scheme_rows)
-from calibrate.cli.target import _load
+from calibrate.cli.common import (add_evaluation_options, add_ray_options, fmt_f,
+                                  load_target_of, ray_settings, require_root, run_config,
+                                  scheme_rows)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every scheme of TARGET that runs here over the emulator EMU (on Ray, "
         "like one evaluation of `calibrate run`) and print the Pantheon paper's replication error "
         "f with its per-scheme table. Needs root.")
-    evaluation_options(parser)
+    add_evaluation_options(parser)
     parser.add_argument("--emulator", required=True, metavar="EMU",
                         help="Mahimahi command line (mm-delay 28 mm-loss uplink 0.004 mm-link "
                              "10mbps.trace 10mbps.trace --uplink-queue=droptail "
@@ -33,22 +33,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "`emulator` line of a calibration's result")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write f, its terms and the per-scheme table to FILE")
-    _ray_options(parser)
+    add_ray_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from calibrate.calibration import (jsonable, problem_of, scheme_table,
-                                       score_emulator, write_atomic)
     from calibrate.emulator import EmulatorConfig
     from calibrate.evaluation import Evaluator
+    from calibrate.runs.config import (host_schemes, problem_of, registry_of, scheme_table,
+                                       score_emulator)
+    from calibrate.runs.journal import jsonable, write_atomic
 
     config = run_config(args)
     emulator = EmulatorConfig.parse(args.emulator, seed=args.seed)
-    target = _load(args)
-    problem = problem_of(target, config)
+    target = load_target_of(args)
+    registry = registry_of(config)
+    problem = problem_of(target, config, registry)
+    schemes = host_schemes(problem, registry)
     require_root()
     err = Console(stderr=True)
     err.print(f"calibrate: scoring {emulator.mahimahi_command()} against {args.target}: "
@@ -65,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
                       highlight=False)
 
     started = time.monotonic()
-    with Evaluator(_settings(args)) as evaluator:
-        error = score_emulator(problem, config, evaluator, emulator, on_run)
+    with Evaluator(ray_settings(args)) as evaluator:
+        error = score_emulator(problem, config, schemes, evaluator, emulator, on_run)
     seconds = time.monotonic() - started
     table = scheme_table(error)
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(scheme_rows(table, f"per scheme: real vs emulated ({args.target})"))
-    console.print(f"f = {_fmt_f(error.f)}  (noise {_fmt_f(error.noise)}, floor {_fmt_f(error.floor)}; "
+    console.print(f"f = {fmt_f(error.f)}  (noise {fmt_f(error.noise)}, floor {fmt_f(error.floor)}; "
                   f"throughput {error.throughput:.1f} %, delay {error.delay:.1f} %, loss "
                   f"{error.loss:.1f} %)  in {seconds:.0f} s", highlight=False)
     if args.json:

@@ -6,14 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from calibrate.cli.common import TARGET_HELP, add_source_options, load_target_of
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
 from calibrate.metrics import TOTAL, Aggregate
-
-TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
-               "data directory, a summary table (CSV, JSON, compare_two_experiments text), a saved "
-               "target JSON, or a bundled name (nepal)")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("target", help="show or plot a real-path target",
@@ -28,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="also write the normalized target JSON to FILE")
     show.add_argument("--flow", default=TOTAL, help="flow to show: all (default), 1, 2, ...")
     show.add_argument("--runs", action="store_true", help="also list every valid run")
-    _source_options(show)
+    add_source_options(show)
     show.set_defaults(func=_show)
 
     plot = sub.add_parser("plot", help="Pantheon's throughput-delay scatter with 1-sigma ellipses")
@@ -36,34 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plot.add_argument("--out", metavar="PNG", type=Path,
                       help="output image (default: <target name>-summary.png here)")
     plot.add_argument("--flow", default=TOTAL, help="flow to plot: all (default), 1, 2, ...")
-    _source_options(plot)
+    add_source_options(plot)
     plot.set_defaults(func=_plot)
-
-
-def _source_options(parser: argparse.ArgumentParser) -> None:
-    from calibrate import result_id as r
-
-    group = parser.add_argument_group("fetching result IDs and archives")
-    group.add_argument("--base-url", help=f"Pantheon website (env {r.ENV_BASE_URL}; default "
-                                          f"{r.DEFAULT_BASE_URL})")
-    group.add_argument("--index", help=f"archive index, a JSON file or URL (env {r.ENV_INDEX})")
-    group.add_argument("--cache-dir", type=Path,
-                       help=f"download and extraction cache (env {r.ENV_CACHE_DIR}; default "
-                            "~/.cache/calibrate)")
-    group.add_argument("--offline", action="store_const", const=True, default=None,
-                       help=f"use only the cache, never the network (env {r.ENV_OFFLINE}=1)")
-    group.add_argument("--max-extract-bytes", type=int,
-                       help=f"refuse archives expanding past this (env {r.ENV_MAX_EXTRACT})")
-
-
-def _load(args: argparse.Namespace):
-    from calibrate.result_id import FetchOptions
-    from calibrate.target import load_target
-
-    options = FetchOptions.from_environment(
-        base_url=args.base_url, index=args.index, cache_dir=args.cache_dir, offline=args.offline,
-        max_extract_bytes=args.max_extract_bytes, progress=sys.stderr.isatty())
-    return load_target(args.target, fetch=options)
 
 
 def _fmt(agg: Aggregate, digits: int, scale: float = 1.0) -> str:
@@ -79,7 +49,7 @@ def _show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    target = _load(args)
+    target = load_target_of(args)
     if args.write:
         try:
             args.write.parent.mkdir(parents=True, exist_ok=True)
@@ -188,7 +158,7 @@ def _show_evidence(console, evidence: PathEvidence) -> None:
 def _plot(args: argparse.Namespace) -> int:
     from calibrate.summary_plot import plot_target
 
-    target = _load(args)
+    target = load_target_of(args)
     name = (target.name or "target").replace("/", "_")
     out = args.out or Path(f"{name}-summary.png")
     try:

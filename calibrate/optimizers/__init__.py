@@ -10,7 +10,7 @@ The heavy libraries (torch, scikit-learn) are imported only when that optimizer 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ OPTIMIZERS: dict[str, tuple[str, str]] = {
     "random": ("calibrate.optimizers.random_search", "RandomSearch"),
 }
 
-__all__ = ["OPTIMIZERS", "Best", "Optimizer", "from_state", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "Best", "Optimizer", "make_optimizer"]
 
 
 def optimizer_class(name: str) -> type[Optimizer]:
@@ -49,20 +49,3 @@ def make_optimizer(
 ) -> Optimizer:
     """An optimizer by CLI name over [0, 1]^dim; options go to its constructor."""
     return optimizer_class(name)(dim, seed=seed, warm_start=warm_start, **options)
-
-
-def from_state(state: Mapping[str, Any]) -> Optimizer:
-    """Rebuild an optimizer from `Optimizer.state()`: same settings, history re-told."""
-    try:
-        opt = make_optimizer(
-            state["optimizer"], state["dim"], seed=state["seed"],
-            warm_start=[np.array(x, dtype=float) for x in state["warm_start"]],
-            n_initial=state["n_initial"],
-            **state.get("options", {}),
-        )
-        if state["x"]:
-            opt.tell(state["x"], state["y"], state["noise"])
-    except (KeyError, TypeError) as e:
-        raise InputError(f"optimizer state is incomplete or malformed ({e}); it must come from "
-                         f"Optimizer.state()") from e
-    return opt

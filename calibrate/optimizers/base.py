@@ -12,8 +12,9 @@ An optimizer minimizes a noisy function on the unit cube [0, 1]^dim (the free pa
 
 No I/O happens inside.  Proposals are a pure function of (constructor arguments, history, pending
 points, n): the random streams are seeded from the seed and the sizes of history and pending, so
-an optimizer rebuilt from `state()` (the history is enough; `calibrate resume`) asks exactly what
-the original would have asked with the same pending points.
+an optimizer made with the same arguments and told the same history in the same order (what
+`calibrate resume` does from the run's journal) asks exactly what the original would have asked
+with the same pending points.
 
 Every optimizer proposes in the same order: the warm-start points first (each once), then a
 scrambled Sobol initial design of `n_initial` points, then its model.  A point counts as used
@@ -28,7 +29,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -157,9 +158,9 @@ def sobol(dim: int, seed: int, n: int) -> np.ndarray:
 
 
 class Optimizer(ABC):
-    """Base of all optimizers: history, pending points, warm starts, initial design, state."""
+    """Base of all optimizers: history, pending points, warm starts, initial design."""
 
-    #: the name used by the CLI (`--optimizer`) and in serialized state
+    #: the name used by the CLI (`--optimizer`)
     name: ClassVar[str]
 
     #: fewest observations a model needs; below it more design points are proposed
@@ -385,7 +386,7 @@ class Optimizer(ABC):
         self._pending.extend(out)
         return [x.copy() for x in out]
 
-    # -- views and state
+    # -- views
 
     @property
     def history(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -395,24 +396,6 @@ class Optimizer(ABC):
     @property
     def pending(self) -> list[np.ndarray]:
         return [x.copy() for x in self._pending]
-
-    def options(self) -> dict[str, Any]:
-        """Constructor keyword arguments beyond the common ones (JSON-able)."""
-        return {}
-
-    def state(self) -> dict[str, Any]:
-        """Everything needed to rebuild this optimizer (JSON-able; NaN noise becomes None)."""
-        return {
-            "optimizer": self.name,
-            "dim": self.dim,
-            "seed": self.seed,
-            "n_initial": self.n_initial,
-            "warm_start": [x.tolist() for x in self.warm_start],
-            "options": self.options(),
-            "x": [x.tolist() for x in self._x],
-            "y": list(self._y),
-            "noise": [None if math.isnan(s) else s for s in self._noise],
-        }
 
     # -- shared helpers
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
@@ -80,10 +79,6 @@ class BoTorchGP(Optimizer):
         self.raw_samples = int(raw_samples)
         self.mc_samples = int(mc_samples)
         self._model: SingleTaskGP | None = None
-
-    def options(self) -> dict[str, Any]:
-        return {"noise_model": self.noise_model, "outcome": self.outcome, "num_restarts": self.num_restarts,
-                "raw_samples": self.raw_samples, "mc_samples": self.mc_samples}
 
     # -- model
 

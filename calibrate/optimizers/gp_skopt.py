@@ -51,10 +51,6 @@ class SkoptGP(Optimizer):
         self.xi = float(xi)
         self._fitted: SkoptOptimizer | None = None
 
-    def options(self) -> dict[str, Any]:
-        return {"acq_optimizer": self.acq_optimizer, "n_points": self.n_points,
-                "n_restarts": self.n_restarts, "xi": self.xi}
-
     def _invalidate(self) -> None:
         self._fitted = None
 

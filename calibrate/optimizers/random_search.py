@@ -35,9 +35,6 @@ class RandomSearch(Optimizer):
         super().__init__(dim, seed=seed, warm_start=warm_start, n_initial=0)
         self.sequence = choice("sequence", sequence, ("sobol", "uniform"))
 
-    def options(self) -> dict[str, Any]:
-        return {"sequence": self.sequence}
-
     def _propose(self, n: int, pending: np.ndarray) -> list[np.ndarray]:
         if self.sequence == "uniform":
             rng = np.random.default_rng(stream_seed(self.seed, 8, len(self._y), len(pending)))
