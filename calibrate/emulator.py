@@ -12,6 +12,18 @@ deliveries (constant or Poisson), as in the Pantheon paper §5. The same path ca
 
 Chain order is Pantheon's: data crosses the link queue and rate, then loss, then delay; delay
 and loss shells sit outside (before) mm-link.
+
+Two seeds, two roles:
+
+* ``trace_seed`` makes the Poisson traces (and is in their names, ``12mbps-poisson-7.trace``);
+  whoever makes the path chooses it: a calibration, once per link kind's search
+  (`calibrate.runs.config.emulator_seed`, from the run's --seed), so every candidate of a search
+  sees the same deliveries; `calibrate emulate` and `score`, from --seed (or a trace name);
+* ``loss_seed`` is the engine's ``--seed``, its i.i.d. loss draws (Mahimahi's mm-loss is
+  unseeded, so it travels beside a Mahimahi command, never in it).  For each run it is derived
+  in one place, `EmulatorConfig.for_run`: trace_seed·1000 + the run id, so replicates draw
+  independent losses over the same emulator.  A path not made for one run says its own (default
+  0; an export's engine command draws with its search's emulator seed, `calibrate.export`).
 """
 
 from __future__ import annotations
@@ -72,7 +84,8 @@ class EmulatorConfig:
     uplink_loss: float = 0.0
     downlink_loss: float = 0.0
     link: LinkKind = "constant"
-    seed: int = 0
+    trace_seed: int = 0  # makes the Poisson traces (module docstring: seeds)
+    loss_seed: int = 0  # the engine's --seed: its loss draws (set per run by `for_run`)
     downlink_rate_mbps: float | None = None
     downlink_queue: Queue = field(default_factory=Queue)
     uplink_trace: Path | None = None
@@ -95,8 +108,10 @@ class EmulatorConfig:
             value = getattr(self, name)
             if not (0.0 <= value <= 1.0):
                 raise InputError(f"{name} must be a probability in [0, 1], got {value!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
+        for name in ("trace_seed", "loss_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{name} must be a non-negative integer, got {value!r}")
 
     # -- traces -----------------------------------------------------------------------------
 
@@ -109,7 +124,7 @@ class EmulatorConfig:
         if given is not None:
             return Path(given).name
         rate = f"{self._rate(direction):g}"
-        return f"{rate}mbps.trace" if self.link == "constant" else f"{rate}mbps-poisson-{self.seed}.trace"
+        return f"{rate}mbps.trace" if self.link == "constant" else f"{rate}mbps-poisson-{self.trace_seed}.trace"
 
     def trace_paths(self, directory: Path) -> tuple[Path, Path]:
         """Paths of both traces, generating the ones that are not files into ``directory``."""
@@ -122,7 +137,7 @@ class EmulatorConfig:
             path = Path(directory) / self.trace_name(direction)
             if not path.exists():
                 rate = self._rate(direction)
-                times = traces.constant(rate) if self.link == "constant" else traces.poisson(rate, self.seed)
+                times = traces.constant(rate) if self.link == "constant" else traces.poisson(rate, self.trace_seed)
                 traces.write(times, path)
             paths.append(path)
         return paths[0], paths[1]
@@ -167,7 +182,7 @@ class EmulatorConfig:
         for direction, loss in (("uplink", self.uplink_loss), ("downlink", self.downlink_loss)):
             if loss:
                 args += [f"--{direction}-loss", repr(loss)]
-        return args + ["--seed", str(self.seed)]
+        return args + ["--seed", str(self.loss_seed)]
 
     def describe(self) -> str:
         """A short human description, e.g. ``12 Mbit/s constant, 20 ms, droptail 100 pkts, loss 0``."""
@@ -175,28 +190,37 @@ class EmulatorConfig:
         queue = "infinite queue" if self.queue.kind == "infinite" else f"{self.queue.kind} {self.queue.args()}"
         return f"{rate} {self.link}, {self.delay_ms} ms, {queue}, loss {self.uplink_loss:g}"
 
-    def with_seed(self, seed: int) -> "EmulatorConfig":
-        return replace(self, seed=seed)
+    def for_run(self, run_id: int) -> "EmulatorConfig":
+        """The path as run `run_id` emulates it: the same traces (`trace_seed`), its own losses.
+        The one place a loss seed is derived: trace_seed·1000 + run_id (run ids, Pantheon's from
+        1 and a calibration's re-runs at +500, stay below 1000, so no two (trace seed, run)
+        pairs share a loss seed)."""
+        return replace(self, loss_seed=self.trace_seed * 1000 + run_id)
 
     # -- parsing ----------------------------------------------------------------------------
 
     @classmethod
-    def parse(cls, text: str, trace_dirs: tuple[Path, ...] = (), seed: int = 0) -> "EmulatorConfig":
+    def parse(cls, text: str, trace_dirs: tuple[Path, ...] = (), trace_seed: int = 0,
+              loss_seed: int = 0) -> "EmulatorConfig":
         """Read a Mahimahi command line or Pantheon ``test.py`` arguments back.
 
         Trace arguments naming an existing file (as given, or inside one of ``trace_dirs``)
         are used as files; Pantheon-style names (``12mbps.trace``, ``0.57mbps-poisson.trace``)
-        that are not files become generated traces of that rate and kind.
+        that are not files become generated traces of that rate and kind.  The seeds travel
+        beside the command: ``trace_seed`` unless a Poisson trace's name carries one
+        (``0.57mbps-poisson-7.trace``), and ``loss_seed``.
         """
+        seeds = (trace_seed, loss_seed)
         tokens = shlex.split(text)
         if not tokens:
             raise InputError("empty emulator description: give a Mahimahi command (mm-delay ... mm-link UP DOWN ...) or Pantheon test.py arguments")
         if tokens[0].startswith("--"):
-            return cls._parse_pantheon(tokens, trace_dirs, seed)
-        return cls._parse_mahimahi(tokens, trace_dirs, seed)
+            return cls._parse_pantheon(tokens, trace_dirs, seeds)
+        return cls._parse_mahimahi(tokens, trace_dirs, seeds)
 
     @classmethod
-    def _parse_pantheon(cls, tokens: list[str], trace_dirs: tuple[Path, ...], seed: int) -> "EmulatorConfig":
+    def _parse_pantheon(cls, tokens: list[str], trace_dirs: tuple[Path, ...],
+                        seeds: tuple[int, int]) -> "EmulatorConfig":
         options: dict[str, str] = {}
         i = 0
         while i < len(tokens):
@@ -218,10 +242,11 @@ class EmulatorConfig:
             raise InputError("Pantheon arguments need --uplink-trace")
         down = options.get("--downlink-trace", up)
         command = f"{options.get('--prepend-mm-cmds', '')} mm-link {shlex.quote(up)} {shlex.quote(down)} {options.get('--extra-mm-link-args', '')}"
-        return cls._parse_mahimahi(shlex.split(command), trace_dirs, seed)
+        return cls._parse_mahimahi(shlex.split(command), trace_dirs, seeds)
 
     @classmethod
-    def _parse_mahimahi(cls, tokens: list[str], trace_dirs: tuple[Path, ...], seed: int) -> "EmulatorConfig":
+    def _parse_mahimahi(cls, tokens: list[str], trace_dirs: tuple[Path, ...],
+                        seeds: tuple[int, int]) -> "EmulatorConfig":
         delay = 0
         losses = {"uplink": 0.0, "downlink": 0.0}
         i = 0
@@ -281,7 +306,7 @@ class EmulatorConfig:
         down_rate, down_kind, down_file = _resolve_trace(down_name, trace_dirs)
         if up_file is None and down_file is None and up_kind != down_kind:
             raise InputError("both directions' traces must be of one kind (constant or poisson)")
-        seeds = [s for s in (_trace_seed(up_name), _trace_seed(down_name)) if s is not None]
+        named = [s for s in (_trace_seed(up_name), _trace_seed(down_name)) if s is not None]
         return cls(
             rate_mbps=up_rate,
             downlink_rate_mbps=down_rate if down_rate != up_rate else None,
@@ -291,7 +316,8 @@ class EmulatorConfig:
             uplink_loss=losses["uplink"],
             downlink_loss=losses["downlink"],
             link=up_kind if up_file is None else down_kind,  # type: ignore[arg-type]
-            seed=seeds[0] if seeds else seed,
+            trace_seed=named[0] if named else seeds[0],
+            loss_seed=seeds[1],
             uplink_trace=up_file,
             downlink_trace=down_file,
         )

@@ -50,8 +50,8 @@ from calibrate.errors import CalibrateError, EnvironmentProblem
 from calibrate.metrics import TOTAL
 from calibrate.objective import Failure, Stats
 from calibrate.schemes import Scheme
-from calibrate.scripted import loss_seed, run_scheme
-from calibrate.target import Workload
+from calibrate.scripted import run_scheme
+from calibrate.targets.model import Workload
 
 #: the custom resource: one per engine a node can run at once
 SLOT = "emulator_slot"
@@ -68,7 +68,8 @@ SLOTS_PER_CORE = 4
 MAX_RETRIES = 2
 
 #: the re-run of an invalid replicate uses run id replicate + this, so its loss seed differs
-#: (scripted.loss_seed: seed·1000 + run id) and never collides with another replicate's
+#: (`EmulatorConfig.for_run`: trace seed·1000 + run id) and never collides with another
+#: replicate's
 RERUN_OFFSET = 500
 
 #: the embedded Ray's object store: results are a few hundred bytes each
@@ -91,7 +92,7 @@ class RunTask:
     candidate: int  # the calibration's candidate id
     label: str  # the target's scheme label (names the key in the objective)
     scheme: Scheme
-    replicate: int  # 1-based; the run id, so the loss seed is seed·1000 + replicate
+    replicate: int  # 1-based; the run id (its loss seed: `EmulatorConfig.for_run`)
     emulator: EmulatorConfig
     workload: Workload
     backend: Backend = Backend()
@@ -173,11 +174,11 @@ def run_task(task: RunTask, workdir: str | None = None) -> RunMetrics:
     seeds: list[int] = []
     host = os.uname().nodename
     for attempt, run_id in enumerate((task.replicate, task.replicate + RERUN_OFFSET), start=1):
-        seeds.append(loss_seed(task.emulator.seed, run_id))
         with tempfile.TemporaryDirectory(prefix=f"calibrate-c{task.candidate}-{task.label}-",
                                          dir=workdir) as data_dir:
             outcome = run_scheme(task.emulator, task.scheme, run_id, task.workload, data_dir,
                                  cc=task.label, backend=task.backend)
+        seeds.append(outcome.loss_seed)
         if outcome.valid:
             return RunMetrics(task.candidate, task.label, task.replicate, _flows(outcome), None,
                               attempt, tuple(seeds), time.monotonic() - started, host)

@@ -150,7 +150,7 @@ def _ranges_json(ranges: Ranges) -> dict[str, Any]:
 def _emulator_json(config: EmulatorConfig) -> dict[str, Any]:
     return {"link": config.link, "rate_mbps": config.rate_mbps, "delay_ms": config.delay_ms,
             "queue": config.queue.kind, "queue_packets": config.queue.packets,
-            "uplink_loss": config.uplink_loss, "seed": config.seed,
+            "uplink_loss": config.uplink_loss, "seed": config.trace_seed,
             "description": config.describe()}
 
 
@@ -386,8 +386,11 @@ def write_export(run: CalibrationRun, out: Path | str | None = None) -> Path:
     if out.exists() and not out.is_dir():
         raise InputError(f"{out} is a file; choose another --out for the export")
     result = run.result
-    emulators = {link: emulator_of(v["params"], link, int(v["seed"]))
-                 for link, v in result["links"].items() if "params" in v}
+    # The exported engine command draws its losses with the search's emulator seed too (its
+    # runs used that seed·1000 + replicate; any fixed loss seed reproduces the path).
+    emulators = {link: replace(emulator_of(v["params"], link, seed), loss_seed=seed)
+                 for link, v in result["links"].items() if "params" in v
+                 for seed in [int(v["seed"])]}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", suffix=".tmp", dir=out.parent))

@@ -5,9 +5,10 @@ the first side gets `<side> PORT` and listens, the second gets `<side> IP PORT` 
 both send or sink at full throttle until SIGTERM.  Two kinds stand behind that contract:
 
 * built-ins, run by `calibrate-scheme` (emulators/schemes): kernel TCP per congestion control,
-  QUIC, and our Vegas/Copa/LEDBAT/saturator over UDP.  Which exist is data
-  (calibrate/data/schemes.json: aliases, notes); which are available is what
-  `calibrate-scheme list --json` says about this host;
+  QUIC, and our Vegas/Copa/LEDBAT/saturator over UDP.  Which exist, and what each is (labels,
+  aliases, character, notes, which side runs first), is the registry file that calibrate-scheme
+  builds in too (calibrate/data/schemes.json, `calibrate.scheme_registry`); which are available
+  is what `calibrate-scheme list --json` says about this host;
 * a Pantheon checkout's own wrappers (`<checkout>/src/wrappers/<key>.py`), named
   `pantheon-<key>`, run with a configurable interpreter (they are Python 2 scripts).
 
@@ -28,18 +29,16 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 from calibrate import binaries
-from calibrate.aliases import canonical_scheme
 from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.scheme_registry import canonical_scheme, implemented
 
 Side = Literal["sender", "receiver"]
 SIDES: tuple[Side, Side] = ("receiver", "sender")
 SCHEME_PROGRAM = "calibrate-scheme"
-REGISTRY_FILE = "schemes.json"
 PANTHEON_PREFIX = "pantheon-"
 # Modules in src/wrappers/ that are helpers, not schemes.
 PANTHEON_HELPERS = frozenset({"arg_parser", "context", "__init__"})
@@ -156,10 +155,10 @@ class Registry:
 
 
 def builtin_schemes() -> list[Scheme]:
-    """The registry file's schemes, with availability from `calibrate-scheme list --json`.
-    A scheme calibrate-scheme offers but the file lacks (another kernel congestion control)
-    is added without aliases, so a new kernel module needs no change here."""
-    entries = json.loads(resources.files("calibrate.data").joinpath(REGISTRY_FILE).read_text())["schemes"]
+    """The registry file's implemented schemes, with availability (and this host's description)
+    from `calibrate-scheme list --json`.  A scheme calibrate-scheme offers but the file lacks
+    (another kernel congestion control) is added without aliases, so a new kernel module needs
+    no change here."""
     try:
         program = str(binaries.find(SCHEME_PROGRAM))
         listed = {item["name"]: item for item in _list_builtins(program)}
@@ -167,18 +166,19 @@ def builtin_schemes() -> list[Scheme]:
     except EnvironmentProblem as problem:
         program, listed, missing_reason = SCHEME_PROGRAM, {}, str(problem)
     schemes = []
-    for entry in entries:
-        item = listed.pop(entry["name"], None)
+    for entry in implemented():
+        assert entry.implementation is not None
+        item = listed.pop(entry.name, None) or {}
         schemes.append(Scheme(
-            name=entry["name"],
-            run_first=(item or {}).get("run_first", "receiver"),
-            program=(program, entry["name"]),
-            aliases=tuple(entry.get("aliases", ())),
-            description=(item or {}).get("description", ""),
-            note=entry.get("note"),
-            kind=(item or {}).get("kind", ""),
-            available=bool(item and item.get("available")),
-            unavailable_reason=(item.get("unavailable_reason") if item else missing_reason)))
+            name=entry.name,
+            run_first=item.get("run_first", entry.implementation.run_first),
+            program=(program, entry.name),
+            aliases=entry.labels,
+            description=item.get("description", entry.implementation.description),
+            note=entry.note,
+            kind=item.get("kind", entry.implementation.kind),
+            available=bool(item.get("available")),
+            unavailable_reason=item.get("unavailable_reason") if item else missing_reason))
     for name, item in listed.items():
         schemes.append(Scheme(name, item["run_first"], (program, name), (), item.get("description", ""),
                               "not one of Pantheon's schemes", item.get("kind", ""),

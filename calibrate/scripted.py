@@ -32,7 +32,7 @@ from calibrate.errors import EnvironmentProblem, InputError
 from calibrate.metrics import (RunStats, Validity, analyze_datalink_log, check_run,
                                write_perf_json, write_stats_log)
 from calibrate.schemes import Scheme
-from calibrate.target import Workload
+from calibrate.targets.model import Workload
 
 FIRST_SIDE_SETUP_S = 3.0  # test.py's run_first_setup_time
 MAX_RUNTIME_S = 60.0  # test.py: 0 < runtime <= 60
@@ -79,12 +79,6 @@ def flow_endpoints(scheme: Scheme, workload: Workload) -> list[Endpoint]:
         start = FIRST_SIDE_SETUP_S + (flow - 1) * workload.interval_s
         endpoints.append(Endpoint(scheme.run_second, scheme.command(scheme.run_second, port), start))
     return endpoints
-
-
-def loss_seed(seed: int, run_id: int) -> int:
-    """Each run draws its own i.i.d. losses (replicates must be independent, as real runs are);
-    the trace stays the one `seed` made, so every run sees the same emulator."""
-    return seed * 1000 + run_id
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,11 +162,12 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         path.unlink(missing_ok=True)  # never analyse a previous invocation's log
     logs = Logs(datalink=paths.datalink, acklink=paths.acklink, uplink=paths.mm_datalink,
                 downlink=paths.mm_acklink)
-    seed = loss_seed(emulator.seed, run_id)
+    # Each run draws its own i.i.d. losses (replicates must be independent, as real runs are);
+    # the traces stay the ones the emulator's trace seed made, so every run sees the same path.
+    run = emulator.for_run(run_id)
     with tempfile.TemporaryDirectory(prefix=f"calibrate-{cc}-run{run_id}-") as workdir:
-        # The traces come from the emulator's own seed, the losses from the run's seed.
-        up, down = emulator.trace_paths(Path(workdir))
-        config = replace(emulator, uplink_trace=up, downlink_trace=down, seed=seed)
+        up, down = run.trace_paths(Path(workdir))
+        config = replace(run, uplink_trace=up, downlink_trace=down)
         launched = dt.datetime.now(dt.timezone.utc)
         result = engine.run(config, flow_endpoints(scheme, workload), workdir=Path(workdir),
                             stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
@@ -201,7 +196,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         validity = check_run(stats, workload.runtime_s)
     write_stats_log(paths.stats, start_at=start_at, end_at=end_at, stats=stats, validity=validity)
     return RunOutcome(cc, scheme.name, run_id, stats, validity, failure, paths, start_at, end_at,
-                      seed, stop_reason)
+                      run.loss_seed, stop_reason)
 
 
 def _failure(result: engine.EngineResult, workload: Workload) -> str | None:

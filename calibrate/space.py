@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike
 
 from calibrate.errors import InputError
 from calibrate.evidence import LINK_TICK_MS, PathEvidence
+from calibrate.scheme_registry import having
 
 Scale = Literal["linear", "log", "log1p"]
 
@@ -72,21 +73,18 @@ _LIMITS: dict[str, tuple[float, float]] = {
     "loss": (0.0, 0.99),
 }
 
+# The default hints, when the caller gives none, are the schemes' characters in the registry file
+# (calibrate/data/schemes.json, `calibrate.scheme_registry`): every name and label of the schemes
+# with that character, Pantheon's and ours.
+
 #: Schemes that keep sending until the DropTail queue overflows (loss-based TCPs and the
 #: saturators): their best throughput approaches the bottleneck rate and their p95 delay
-#: approaches propagation delay + a full queue.  Default hint when the caller gives none.
-#: Pantheon's labels and calibrate.aliases' canonical names are both listed.
-PANTHEON_SATURATING: frozenset[str] = frozenset({
-    "saturator", "greg_saturator", "default_tcp", "tcp_cubic", "cubic", "reno", "verus",
-    "pcc", "pcc_allegro", "quic", "quic_cubic", "quic-cubic",
-})
+#: approaches propagation delay + a full queue.
+SATURATING: frozenset[str] = having("saturating")
 
 #: Schemes that back off on rising delay and keep the queue short, so the loss they see is
-#: (mostly) the path's random loss.  Default hint when the caller gives none.
-PANTHEON_DELAY_BASED: frozenset[str] = frozenset({
-    "vegas", "tcp_vegas", "ledbat", "copa", "sprout", "scream", "webrtc", "taova", "indigo",
-    "vivace",
-})
+#: (mostly) the path's random loss.
+DELAY_BASED: frozenset[str] = having("delay-based")
 
 
 #: Packets the least-delayed scheme's p95 packet finds ahead of it: a delay-based scheme's
@@ -359,10 +357,8 @@ class SchemeMeasurement:
 #: Schemes that keep the bottleneck busy whatever the random loss (below `BoundsRule.busy_loss_max`):
 #: their sending rate follows the delivery rate they measure (BBR's pacing at its bandwidth
 #: estimate, the saturators' 1.2–1.25 × the delivered rate), not a loss-driven window.  Their
-#: throughput bounds the link rate from above.  Default hint when the caller gives none.
-PANTHEON_RATE_PROBING: frozenset[str] = frozenset({
-    "bbr", "tcp_bbr", "quic-bbr", "saturator", "greg_saturator", "udp-saturator",
-})
+#: throughput bounds the link rate from above.  Default hint: the registry's "rate-probing".
+RATE_PROBING: frozenset[str] = having("rate-probing")
 
 
 @dataclass(frozen=True)
@@ -464,7 +460,7 @@ def bounds_from_target(
       low: no run delivers more than the link offered, so the rate is at least the largest
       throughput any scheme measured, less its noise: max_s (T_s − m·σ_s) / (1 + z/√N_s) — the
       division covers a Poisson trace's own count of opportunities;
-      high: a rate-probing scheme (`PANTHEON_RATE_PROBING`: BBR, the saturators) keeps the link
+      high: a rate-probing scheme (`RATE_PROBING`: BBR, the saturators) keeps the link
       busy at least `busy_utilization` (75 %) of the time while the loss stays below 20 %, so the
       rate is at most max_s (T_s + m·σ_s)·(1 + z/√N_s) / (0.75·(1 − loss's upper bound)); without
       one, or where its bound falls below the low end, `rate_top` (500 Mbit/s).  A loss-based
@@ -492,7 +488,7 @@ def bounds_from_target(
     `stats` maps scheme -> `SchemeMeasurement` (or a bare (throughput, p95, loss) triple: one run,
     no scatter); for multi-flow targets each scheme's whole-connection ("all") statistics.
     `evidence` is the target's per-packet evidence (`calibrate.evidence`), `runtime_s` its runs'
-    length (Pantheon's 30 s when unknown), `rate_probing` defaults to `PANTHEON_RATE_PROBING`.
+    length (Pantheon's 30 s when unknown), `rate_probing` defaults to `RATE_PROBING`.
     Integer parameters' bounds are rounded inward, and always hold two whole values.
     """
     m = _check_stats(stats)
@@ -547,7 +543,7 @@ def _rate_bounds(m: Mapping[str, SchemeMeasurement], loss_hi: float, evidence: P
     lo = max(lo, lowest)
     busy = [(m[name].throughput + rule.noise_sds * m[name].throughput_sd) * (1 + counting(m[name]))
             / (rule.busy_utilization * (1 - loss_hi))
-            for name in _present(m, rate_probing, PANTHEON_RATE_PROBING)]
+            for name in _present(m, rate_probing, RATE_PROBING)]
     hi = min(max(busy), rule.rate_top) if busy and loss_hi < rule.busy_loss_max else rule.rate_top
     if hi <= lo:  # the evidence contradicts itself (or the link is faster than the top)
         hi = max(rule.rate_top, 2 * lo)
@@ -595,8 +591,8 @@ def _estimate(
       delay estimate above (queue empty), times the rate, in packets, and at least what the link
       logs saw queued.
     """
-    sat = _present(stats, saturating, PANTHEON_SATURATING) or list(stats)
-    dly = _present(stats, delay_based, PANTHEON_DELAY_BASED)
+    sat = _present(stats, saturating, SATURATING) or list(stats)
+    dly = _present(stats, delay_based, DELAY_BASED)
     best_tput = max(s.throughput for s in stats.values())
     # the in-flight correction's own resolution (0 when the runtime is unknown)
     resolution = QUEUED_PACKETS * packet_time_ms(best_tput) / 1e3 / runtime_s if runtime_s else 0.0
@@ -651,8 +647,8 @@ def warm_start(
 
     Delay and queue are rounded to whole ms / packets, as the emulator takes them.  Pass the
     result through `SearchSpace.from_values(..., clip=True)` to get its unit-cube point (user
-    bounds may be narrower).  Hints default to `PANTHEON_SATURATING` / `PANTHEON_DELAY_BASED` /
-    `PANTHEON_RATE_PROBING`.
+    bounds may be narrower).  Hints default to `SATURATING` / `DELAY_BASED` /
+    `RATE_PROBING`.
     """
     m = _check_stats(stats)
     e = _estimate(m, saturating, delay_based, runtime_s, evidence)

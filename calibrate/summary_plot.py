@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.metrics import TOTAL
-from calibrate.target import SchemeResult, Target
+from calibrate.targets.model import SchemeResult, Target
 
 # Pantheon's src/config.yml colours and markers (spec §1.3), by canonical name.
 SCHEME_STYLE: dict[str, tuple[str, str]] = {

@@ -44,7 +44,7 @@ PORT = 50001
 
 
 def one_run(backend: Backend, seconds: float, seed: int) -> dict[str, float]:
-    emulator = EmulatorConfig(rate_mbps=RATE, delay_ms=DELAY, queue=Queue.droptail(QUEUE), seed=seed)
+    emulator = EmulatorConfig(rate_mbps=RATE, delay_ms=DELAY, queue=Queue.droptail(QUEUE), loss_seed=seed)
     tool = shlex.quote(str(binaries.find(binaries.SCHEME)))
     with tempfile.TemporaryDirectory(prefix="calibrate-ack-timing-") as work:
         w = Path(work)

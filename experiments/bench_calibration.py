@@ -261,7 +261,8 @@ def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[
     from calibrate.evaluation import Evaluator, RaySettings
     from calibrate.schemes import load_registry
     from calibrate.scripted import Experiment, run_experiment
-    from calibrate.target import Workload, load_target
+    from calibrate.targets.load import load_target
+    from calibrate.targets.model import Workload
 
     if os.geteuid() != 0:
         sys.exit("bench_calibration: --evaluator emulator runs emulations: run as root")
@@ -343,7 +344,7 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
     from dataclasses import replace
 
     from calibrate.evaluation import Evaluator, RaySettings
-    from calibrate.target import load_target
+    from calibrate.targets.load import load_target
 
     if os.geteuid() != 0:
         sys.exit("bench_calibration: --evaluator mahimahi-targets runs emulations: run as root")

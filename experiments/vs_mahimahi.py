@@ -5,7 +5,8 @@ https://github.com/ravinet/mahimahi, see experiments/README.md), every row of th
 the same Pantheon-style runs (our scheme endpoints, `calibrate.scripted.run_scheme`) through
 real Mahimahi (`--backend mahimahi`) and through the engine, alternating, `--replicates` times
 each, and prints per setting and scheme: throughput, mean and p95 one-way delay and loss under
-both, Mahimahi's own run-to-run spread, the deltas, and whether the row passes:
+both, Mahimahi's own run-to-run spread, the deltas, a Mann-Whitney test of whether the two
+systems' p95s could come from one distribution ("p same p95"), and whether the row passes:
 
     |Δ throughput| ≤ 2 %   and   |Δ p95| ≤ 3 ms,   or either Δ within Mahimahi's own spread
     (the standard deviation of its replicates).
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import mannwhitneyu
 
 from calibrate import engine
 from calibrate.emulator import EmulatorConfig, Queue
@@ -42,7 +44,7 @@ from calibrate.engine import Backend, Endpoint, Logs
 from calibrate.metrics import parse_datalink_log
 from calibrate.schemes import load_registry
 from calibrate.scripted import run_scheme
-from calibrate.target import Workload
+from calibrate.targets.model import Workload
 
 OUT = Path(__file__).resolve().parent / "out"
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mahimahi-reference" / "iperf3-10s.csv"
@@ -68,7 +70,7 @@ class Row:
 
     def emulator(self, seed: int) -> EmulatorConfig:
         return EmulatorConfig(rate_mbps=self.rate, delay_ms=self.delay, queue=Queue.droptail(self.queue),
-                              uplink_loss=self.loss, link=self.link, seed=seed)  # type: ignore[arg-type]
+                              uplink_loss=self.loss, link=self.link, trace_seed=seed)  # type: ignore[arg-type]
 
 
 #: Rates 3–100 Mbit/s, delays 5–80 ms, queues 30–400 packets, losses 0–1 %, constant and
@@ -131,6 +133,11 @@ def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
         spread_p95 = float(np.nan_to_num(mm[("p95", "std")]))
         tput_ok = abs(d_tput) <= max(TPUT_TOLERANCE, spread_tput)
         p95_ok = abs(d_p95) <= max(P95_TOLERANCE_MS, spread_p95)
+        # whether the two systems' p95s could come from one distribution (a random process such
+        # as cubic under random loss lands far apart run to run in either emulator)
+        mine = group[group["system"] == "mahimahi"]["p95"], group[group["system"] == system]["p95"]
+        same = (mannwhitneyu(*mine).pvalue if min(len(mine[0]), len(mine[1])) >= 3
+                and mine[0].nunique() + mine[1].nunique() > 2 else float("nan"))
         out.append({
             "setting": row, "scheme": scheme, "n": int(min(mm[("tput", "count")], en[("tput", "count")])),
             "mm tput": mm[("tput", "mean")], "eng tput": en[("tput", "mean")], "Δtput %": 100 * d_tput,
@@ -139,6 +146,7 @@ def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
             "mm p95": mm[("p95", "mean")], "eng p95": en[("p95", "mean")], "Δp95": d_p95,
             "mm sd p95": spread_p95,
             "mm loss %": mm[("loss", "mean")], "eng loss %": en[("loss", "mean")],
+            "p same p95": same,
             "pass": "yes" if tput_ok and p95_ok else "NO",
         })
     return pd.DataFrame(out)
@@ -199,7 +207,7 @@ def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, rep
     table computed Mahimahi's: IP bytes of departures over first to last departure; p95 (linear)
     and mean of link delay + D."""
     emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue),
-                              uplink_loss=loss, seed=replicate)
+                              uplink_loss=loss, loss_seed=replicate)
     with tempfile.TemporaryDirectory(prefix="calibrate-vs-reference-") as work:
         log = Path(work) / "uplink.log"
         endpoints = [Endpoint("receiver", "exec iperf3 -s -p 5201"),

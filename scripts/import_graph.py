@@ -1,15 +1,16 @@
 """The import graph of a package, read from its source with Python's ast (nothing is imported).
 
-  python scripts/import_graph.py [--root DIR] [PACKAGE] [PREFIX ...]
+  python scripts/import_graph.py [--root DIR] [--check] [PACKAGE] [PREFIX ...]
 
   python scripts/import_graph.py calibrate calibrate.runs calibrate.cli calibrate.export
+  python scripts/import_graph.py --check calibrate      # what ./scripts/test runs
 
 Edges are every `import` / `from ... import` of the package's own modules, at module level or
 inside a function (the latter marked `*`); a `from pkg import name` naming a submodule counts as
 an import of that submodule.  Prints the edges from or to modules starting with a PREFIX (all
 when none is given), every private name (`_x`) one module imports from another, and every cycle
 (strongly connected component of more than one module) of the whole graph.  Exits 1 when there
-is a cycle or a private import, so it can guard a test run.
+is a cycle or a private import, so it guards the test run (`--check`: print only those).
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def cycles_of(modules: dict[str, Path], edges: dict[tuple[str, str], bool]) -> l
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--check", action="store_true",
+                        help="print only the private imports and the cycles, not the edges")
     parser.add_argument("package", nargs="?", default="calibrate")
     parser.add_argument("prefixes", nargs="*")
     args = parser.parse_args()
@@ -113,7 +116,7 @@ def main() -> int:
     edges, private = graph_of(modules, args.package)
     prefixes = args.prefixes or [args.package]
     for (a, b), local in sorted(edges.items()):
-        if any(m == p or m.startswith(p + ".") for m in (a, b) for p in prefixes):
+        if not args.check and any(m == p or m.startswith(p + ".") for m in (a, b) for p in prefixes):
             print(f"{a} -> {b}{'  *' if local else ''}")
     print("private names imported across modules:" + ("" if private else " none"))
     for line in private:

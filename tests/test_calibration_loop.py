@@ -24,7 +24,7 @@ from calibrate.ranges import MEANING, Ranges  # noqa: E402
 from calibrate.runs.config import RunConfig  # noqa: E402
 from calibrate.runs.journal import JOURNAL, RESULT, RunDir  # noqa: E402
 from calibrate.runs.loop import REFINE_SHARE, Calibration, ProgressInfo  # noqa: E402
-from calibrate.target import load_target  # noqa: E402
+from calibrate.targets.load import load_target  # noqa: E402
 
 BUDGET = 10
 

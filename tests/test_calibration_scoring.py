@@ -9,7 +9,7 @@ import pytest
 from calibrate.evaluation import RunMetrics
 from calibrate.runs.config import RunConfig
 from calibrate.runs.loop import Calibration
-from calibrate.target import load_target
+from calibrate.targets.load import load_target
 from pantheon_fixtures import ERAS, write_data_dir
 
 

@@ -42,7 +42,7 @@ def test_pantheon_test_py_arguments():
 
 
 def test_engine_arguments_and_generated_traces(tmp_path):
-    config = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100), uplink_loss=0.05, seed=9)
+    config = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100), uplink_loss=0.05, loss_seed=9)
     args = config.engine_args(tmp_path)
     assert args == [
         "--uplink-trace", str(tmp_path / "12mbps.trace"), "--downlink-trace", str(tmp_path / "12mbps.trace"),
@@ -50,6 +50,17 @@ def test_engine_arguments_and_generated_traces(tmp_path):
         "--uplink-loss", "0.05", "--seed", "9",
     ]
     assert (tmp_path / "12mbps.trace").read_text().splitlines()[:3] == ["0", "1", "2"]
+
+
+def test_a_run_keeps_the_traces_and_draws_its_own_losses(tmp_path):
+    config = EmulatorConfig(rate_mbps=3, link="poisson", uplink_loss=0.01, trace_seed=7, loss_seed=5)
+    runs = [config.for_run(r) for r in (1, 2)]
+    assert [r.loss_seed for r in runs] == [7001, 7002]  # trace seed x 1000 + run id
+    assert all(r.trace_seed == 7 and r.trace_name("uplink") == "3mbps-poisson-7.trace" for r in runs)
+    assert runs[0].engine_args(tmp_path)[-2:] == ["--seed", "7001"]  # the engine's seed is the loss seed
+    assert runs[0].trace_paths(tmp_path) == runs[1].trace_paths(tmp_path) == config.trace_paths(tmp_path)
+    with pytest.raises(InputError, match="loss_seed must be a non-negative integer"):
+        EmulatorConfig(rate_mbps=3, loss_seed=-1)
 
 
 def test_trace_files_are_used_as_files(tmp_path):
@@ -68,17 +79,19 @@ configs = st.builds(
     uplink_loss=st.sampled_from([0.0, 0.0001, 0.0477, 0.1, 1.0]),
     downlink_loss=st.sampled_from([0.0, 0.004]),
     link=st.sampled_from(["constant", "poisson"]),
-    seed=st.integers(0, 2**31),
+    trace_seed=st.integers(0, 2**31),
+    loss_seed=st.integers(0, 2**40),
 )
 
 
 @settings(max_examples=200, deadline=None)
 @given(configs)
 def test_round_trips_through_mahimahi_and_pantheon(config):
-    # Mahimahi's loss is unseeded, so the seed travels beside the command (Poisson trace
-    # names carry it too).
-    assert EmulatorConfig.parse(config.mahimahi_command(), seed=config.seed) == config
-    assert EmulatorConfig.parse(shlex.join(config.pantheon_args()), seed=config.seed) == config
+    # Mahimahi's loss is unseeded, so the seeds travel beside the command (Poisson trace
+    # names carry the trace seed too).
+    seeds = {"trace_seed": config.trace_seed, "loss_seed": config.loss_seed}
+    assert EmulatorConfig.parse(config.mahimahi_command(), **seeds) == config
+    assert EmulatorConfig.parse(shlex.join(config.pantheon_args()), **seeds) == config
 
 
 @pytest.mark.parametrize(

@@ -122,7 +122,7 @@ def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
 
 
 def udp_loss_run(workdir: Path, seed: int) -> dict:
-    config = EmulatorConfig(rate_mbps=48, delay_ms=5, uplink_loss=0.05, seed=seed)
+    config = EmulatorConfig(rate_mbps=48, delay_ms=5, uplink_loss=0.05, loss_seed=seed)
     report = workdir / f"udp-{seed}.json"
     endpoints = [
         Endpoint("receiver", probe("udp-sink", 6000, report)),

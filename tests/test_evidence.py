@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from calibrate import trace
-from calibrate.datadir import read_data_dir
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence, parse_link_log, run_evidence
 from calibrate.metrics import analyze_datalink_log, percentile_nearest, write_perf_json
 from calibrate.space import PARAMETERS, bounds_from_target, warm_start
-from calibrate.target import Target, load_target
+from calibrate.targets.datadir import read_data_dir
+from calibrate.targets.load import load_target
+from calibrate.targets.model import Target
 from pantheon_fixtures import datalink_log_text, mm_link_log_text
 
 MAHIMAHI_TARGETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "mahimahi-targets"

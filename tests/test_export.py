@@ -19,7 +19,7 @@ from calibrate.objective import Failure, Stats, replication_error
 from calibrate.runs.config import RunConfig, emulator_of, scheme_table
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
 from calibrate.runs.loop import Calibration
-from calibrate.target import load_target
+from calibrate.targets.load import load_target
 
 # (link, params, how far the emulated numbers are off): poisson's second candidate is best;
 # constant's best is the third line, with one scheme's runs all failed (penalized)
@@ -150,7 +150,7 @@ def test_mahimahi_line_parses_back_and_traces_have_the_rate(exported):
             else:
                 assert parsed.uplink_trace is None and parsed.link == link
                 assert parsed.rate_mbps == pytest.approx(params["rate"], rel=1e-5)
-                assert parsed.seed == (seed if link == "poisson" else 0)
+                assert parsed.trace_seed == (seed if link == "poisson" else 0)
         kind = "poisson" if link == "poisson" else "constant"
         expected = emulator_of(params, link, seed).trace_paths(out / "traces")
         assert [p.name for p in expected] == [Path(t).name for t in shlex.split(text)[-4:-2]]

@@ -89,7 +89,7 @@ def test_a_kernel_flow_through_real_mahimahi_is_measured_like_the_engines(tmp_pa
     pwd.getpwnam(USER)  # the account must exist (set CALIBRATE_MAHIMAHI_USER to another one)
     before = _leftovers()
     temp_before = {p.name for p in Path("/tmp").glob("calibrate-mahimahi-*")}
-    config = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100), uplink_loss=0.01, seed=3)
+    config = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100), uplink_loss=0.01, loss_seed=3)
     logs = Logs(datalink=tmp_path / "datalink.log", acklink=tmp_path / "acklink.log",
                 uplink=tmp_path / "mm_datalink.log", downlink=tmp_path / "mm_acklink.log")
     from calibrate import binaries

@@ -21,7 +21,7 @@ from calibrate.runs.config import RunConfig  # noqa: E402
 from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir  # noqa: E402
 from calibrate.runs.loop import Calibration  # noqa: E402
 from calibrate.schemes import Registry  # noqa: E402
-from calibrate.target import load_target  # noqa: E402
+from calibrate.targets.load import load_target  # noqa: E402
 from pantheon_fixtures import ERAS, write_data_dir  # noqa: E402
 from test_calibration_loop import AnalyticEvaluator  # noqa: E402
 

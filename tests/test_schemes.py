@@ -18,7 +18,7 @@ from calibrate.errors import InputError
 from calibrate.metrics import read_perf_json
 from calibrate.schemes import default_interpreter, load_registry, pantheon_schemes
 from calibrate.scripted import Experiment, run_experiment
-from calibrate.target import Workload
+from calibrate.targets.model import Workload
 
 CALIBRATE = str(Path(sys.executable).parent / "calibrate")
 PATH_12 = "mm-delay 20 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=100"
@@ -65,7 +65,7 @@ def test_pantheon_labels_resolve_to_our_schemes():
     assert registry.resolve("ledbat").name == "udp-ledbat"
     assert registry.resolve("saturator").name == "udp-saturator"
     assert registry.resolve("greg_saturator").name == "udp-saturator"
-    assert registry.resolve("TCP_BBR").name == "bbr"  # via calibrate.aliases, case-insensitive
+    assert registry.resolve("TCP_BBR").name == "bbr"  # via calibrate.scheme_registry, case-insensitive
     with pytest.raises(InputError, match="unknown scheme 'sprout'.*available here: cubic"):
         registry.resolve("sprout")
     with pytest.raises(InputError, match="listed twice"):
@@ -210,7 +210,7 @@ def test_wrappers_run_with_their_contract_and_failures_are_reported(pantheon_che
 
 def test_calibration_runs_the_targets_own_schemes_from_a_pantheon_checkout(pantheon_checkout):
     from calibrate.runs.config import RunConfig, problem_of
-    from calibrate.target import load_target
+    from calibrate.targets.load import load_target
 
     config = RunConfig(target="nepal", pantheon_dir=str(pantheon_checkout),
                        pantheon_python=sys.executable)

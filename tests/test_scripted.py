@@ -16,7 +16,8 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
 from calibrate.schemes import load_registry
 from calibrate.scripted import Experiment, run_experiment, run_scheme
-from calibrate.target import Workload, load_target
+from calibrate.targets.load import load_target
+from calibrate.targets.model import Workload
 
 pytestmark = pytest.mark.needs_root
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibrate.archive import Limits, extract_archive, safe_member_path
 from calibrate.errors import InputError
-from calibrate.result_id import FetchOptions
-from calibrate.target import load_target
+from calibrate.targets.archive import Limits, extract_archive, safe_member_path
+from calibrate.targets.load import load_target
+from calibrate.targets.result_id import FetchOptions
 from pantheon_fixtures import ERAS, add_tar_member, write_data_dir
 
 LIMIT = 64 * 1024

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from calibrate.datadir import parse_title, read_data_dir
 from calibrate.errors import InputError
-from calibrate.result_id import FetchOptions
-from calibrate.target import Target, load_target
+from calibrate.targets.datadir import parse_title, read_data_dir
+from calibrate.targets.load import load_target
+from calibrate.targets.model import Target
+from calibrate.targets.result_id import FetchOptions
 from pantheon_fixtures import ERAS, tar_directory, write_data_dir, zip_directory
 
 TITLE = "2017-01-03T21-30-Nepal-to-AWS-India-3-runs"

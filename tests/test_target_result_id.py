@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from calibrate.errors import EnvironmentProblem, InputError
-from calibrate.result_id import FetchOptions, looks_like_result_id, parse_result_id
-from calibrate.target import load_target
+from calibrate.targets.load import load_target
+from calibrate.targets.result_id import FetchOptions, looks_like_result_id, parse_result_id
 from pantheon_fixtures import ERAS, tar_directory, write_data_dir
 
 TITLE = "2019-02-03T04-05-Mexico-cellular-to-AWS-California-2-runs"

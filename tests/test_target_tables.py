@@ -8,11 +8,12 @@ import json
 import pytest
 
 import calibrate.cli
-from calibrate.datadir import read_data_dir
 from calibrate.errors import InputError
 from calibrate.metrics import analyze_datalink_log, check_run, write_perf_json, write_stats_log
-from calibrate.summary_table import read_summary_table
-from calibrate.target import Target, load_target
+from calibrate.targets.datadir import read_data_dir
+from calibrate.targets.load import load_target
+from calibrate.targets.model import Target
+from calibrate.targets.tables import read_summary_table
 from pantheon_fixtures import datalink_log_text
 
 COMPARE_OUTPUT = """\

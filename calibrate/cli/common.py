@@ -32,7 +32,7 @@ TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
     """How result IDs and archives are fetched (`target`, `run`, `score`)."""
-    from calibrate import result_id as r
+    from calibrate.targets import result_id as r
 
     group = parser.add_argument_group("fetching result IDs and archives")
     group.add_argument("--base-url", help=f"Pantheon website (env {r.ENV_BASE_URL}; default "
@@ -49,8 +49,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
 
 def load_target_of(args: argparse.Namespace):
     """The target `args.target` names, fetched as `add_source_options` say."""
-    from calibrate.result_id import FetchOptions
-    from calibrate.target import load_target
+    from calibrate.targets.load import load_target
+    from calibrate.targets.result_id import FetchOptions
 
     options = FetchOptions.from_environment(
         base_url=args.base_url, index=args.index, cache_dir=args.cache_dir, offline=args.offline,

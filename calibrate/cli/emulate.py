@@ -20,9 +20,9 @@ from calibrate.cli.common import (add_backend_options, add_pantheon_options, bac
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.metrics import TOTAL, Aggregate, aggregate
-from calibrate.scripted import (Experiment, RunOutcome, check_workload, metadata,
+from calibrate.scripted import (MAX_RUNTIME_S, Experiment, RunOutcome, check_workload, metadata,
                                 prepare_data_dir)
-from calibrate.target import Workload
+from calibrate.targets.model import Workload
 
 # Files of Pantheon's layout that --overwrite may remove (and nothing else).
 _PANTHEON_FILE = re.compile(r"^(pantheon_metadata\.json|pantheon_perf\.json|"
@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="scheme names or Pantheon labels (default_tcp, quic, vegas, ...), "
                              "comma-separated, or `all` (every available scheme); see `calibrate schemes`")
     parser.add_argument("--runtime", "-t", type=float, default=30.0, metavar="S",
-                        help="seconds from the first second side to the stop, <= 60 (default: 30)")
+                        help=f"seconds from the first second side to the stop, <= {MAX_RUNTIME_S:g} "
+                             "(default: 30)")
     parser.add_argument("--flows", "-f", type=int, default=1, metavar="F",
                         help="flows per run (default: 1)")
     parser.add_argument("--interval", type=float, default=0.0, metavar="I",
@@ -88,7 +89,7 @@ def _experiment(args: argparse.Namespace) -> Experiment:
         raise InputError(f"--parallel must be >= 1, got {args.parallel}")
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
-    emulator = EmulatorConfig.parse(args.emulator, seed=args.seed)
+    emulator = EmulatorConfig.parse(args.emulator, trace_seed=args.seed)
     backend = backend_from(args)
     schemes = registry_from(args).select(args.schemes)
     data_dir = prepare_data_dir(args.data_dir)

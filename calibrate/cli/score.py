@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from calibrate.runs.journal import jsonable, write_atomic
 
     config = run_config(args)
-    emulator = EmulatorConfig.parse(args.emulator, seed=args.seed)
+    emulator = EmulatorConfig.parse(args.emulator, trace_seed=args.seed)
     target = load_target_of(args)
     registry = registry_of(config)
     problem = problem_of(target, config, registry)

@@ -9,11 +9,12 @@ an evaluation needs the host: `host_schemes` finds the programs of the recorded 
 One evaluation of a candidate emulator is every scored scheme run `replicates` times over it
 (`tasks_of`, one Ray task each), scored by the Pantheon paper's replication error (`score_runs`).
 
-Seeds: each link kind's emulator seed is derived from the run's seed (`emulator_seed`; it makes
-the Poisson trace, the same for every candidate of that search, so candidates differ only in
-their parameters); replicate r of every candidate uses loss seed emulator_seed·1000 + r (common
-random numbers across candidates, independent across replicates).  Both are in every journal
-record.
+Seeds: each link kind's emulator seed is derived here from the run's seed, once per search
+(`emulator_seed`): it is the candidates' trace seed (`EmulatorConfig.trace_seed`: the Poisson
+trace, the same for every candidate of that search, so candidates differ only in their
+parameters).  Replicate r of every candidate runs with loss seed emulator_seed·1000 + r
+(`EmulatorConfig.for_run`, the one place it is derived: common random numbers across candidates,
+independent across replicates).  Both are in every journal record ("seed", "loss_seeds").
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from calibrate.errors import InputError
 from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
 from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
+from calibrate.scheme_registry import traits_of
 from calibrate.schemes import Registry, Scheme, load_registry
-from calibrate.space import (PANTHEON_DELAY_BASED, PANTHEON_RATE_PROBING, PANTHEON_SATURATING,
-                             SchemeMeasurement, SearchSpace, space_from_target, warm_start)
-from calibrate.target import SchemeResult, Target, Workload
+from calibrate.scripted import MAX_RUNTIME_S
+from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
+from calibrate.targets.model import SchemeResult, Target, Workload
 
 LINK_KINDS: tuple[str, ...] = ("constant", "poisson")
 
@@ -70,8 +72,9 @@ class RunConfig:
             raise InputError(f"--budget must be at least 1 evaluation per link kind, got {self.budget}")
         if self.replicates < 1:
             raise InputError(f"--replicates must be at least 1, got {self.replicates}")
-        if not 0 < self.runtime_s <= 60:
-            raise InputError(f"--runtime must be in (0, 60] seconds as Pantheon's -t, got {self.runtime_s}")
+        if not 0 < self.runtime_s <= MAX_RUNTIME_S:
+            raise InputError(f"--runtime must be in (0, {MAX_RUNTIME_S:g}] seconds as Pantheon's -t, "
+                             f"got {self.runtime_s}")
         if self.n_initial is not None and self.n_initial < 1:
             raise InputError(f"--n-initial must be at least 1, got {self.n_initial}")
         bad = [k for k in self.links if k not in LINK_KINDS]
@@ -120,10 +123,11 @@ def emulator_seed(seed: int, link: str) -> int:
 
 
 def emulator_of(values: Mapping[str, float], link: str, seed: int) -> EmulatorConfig:
-    """The candidate emulator at a point of the space."""
+    """The candidate emulator at a point of the space, with its search's emulator seed as its
+    trace seed (each run then draws its own losses: `EmulatorConfig.for_run`)."""
     return EmulatorConfig(rate_mbps=float(values["rate"]), delay_ms=int(values["delay"]),
                           queue=Queue.droptail(max(int(values["queue"]), 1)),
-                          uplink_loss=float(values["loss"]), link=link, seed=seed)  # type: ignore[arg-type]
+                          uplink_loss=float(values["loss"]), link=link, trace_seed=seed)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -214,14 +218,15 @@ def _aggregates(result: SchemeResult, aggregate: str, flows: int
 
 def _hints(labels: Sequence[str], schemes: Mapping[str, Scheme]
            ) -> tuple[list[str], list[str], list[str]]:
-    """Saturating / delay-based / rate-probing labels for the space's rules, matched on every name
-    a scheme has (the target's label, its canonical name, our scheme's name and aliases)."""
-    def names(label: str) -> set[str]:
+    """Saturating / delay-based / rate-probing labels for the space's rules: the character the
+    registry file gives any name the label's scheme has (the target's label, our scheme's name
+    and aliases; `calibrate.scheme_registry.traits_of`)."""
+    def traits(label: str) -> frozenset[str]:
         s = schemes.get(label)
-        return {label, *(() if s is None else (s.name, *s.aliases))}
-    return ([l for l in labels if names(l) & PANTHEON_SATURATING],
-            [l for l in labels if names(l) & PANTHEON_DELAY_BASED],
-            [l for l in labels if names(l) & PANTHEON_RATE_PROBING])
+        return traits_of({label, *(() if s is None else (s.name, *s.aliases))})
+    return ([l for l in labels if "saturating" in traits(l)],
+            [l for l in labels if "delay-based" in traits(l)],
+            [l for l in labels if "rate-probing" in traits(l)])
 
 
 def problem_of(target: Target, config: RunConfig, registry: Registry | None = None) -> Problem:

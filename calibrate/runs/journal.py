@@ -52,7 +52,7 @@ import numpy as np
 from calibrate.errors import InputError
 from calibrate.jsonfile import parse_json, read_json
 from calibrate.runs.config import LINK_KINDS, Problem, RunConfig, emulator_seed
-from calibrate.target import Target
+from calibrate.targets.model import Target
 
 RUN_FILE = "run.json"
 TARGET_FILE = "target.json"
@@ -149,7 +149,7 @@ class Evaluation:
     x: tuple[float, ...]  # its point in the unit cube, as the optimizer was told it
     params: Mapping[str, float]  # rate, delay, queue, loss
     emulator: str  # its Mahimahi command line
-    seed: int  # the emulator seed (the Poisson trace's; loss seeds derive from it)
+    seed: int  # the emulator seed: the candidate's trace seed (its runs' loss seeds: loss_seeds)
     f: float  # the replication error, %
     noise: float | None  # f's standard error, % (None: unknown)
     floor: float | None  # the noise floor of f, %

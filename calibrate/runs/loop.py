@@ -41,7 +41,7 @@ from calibrate.runs.config import (LINK_KINDS, Problem, RunConfig, emulator_of, 
                                    score_emulator, score_runs, tasks_of)
 from calibrate.runs.journal import Evaluation, RunDir, json_number
 from calibrate.schemes import Registry, Scheme
-from calibrate.target import Target
+from calibrate.targets.model import Target
 
 RESULT_FORMAT = "calibrate-result"
 RESULT_VERSION = 1
@@ -276,7 +276,7 @@ class Calibration:
             x=tuple(float(v) for v in candidate.x),
             params=candidate.values,
             emulator=candidate.emulator.mahimahi_command(),
-            seed=candidate.emulator.seed,
+            seed=candidate.emulator.trace_seed,
             loss_seeds=tuple(sorted({s for m in candidate.results for s in m.loss_seeds})),
             f=error.f,
             noise=noise,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from calibrate.calibration import JOURNAL, RESULT, Calibration, RunConfig
 from calibrate.export import export
-from calibrate.target import load_target
+from calibrate.targets.load import load_target
 from test_calibration_loop import AnalyticEvaluator, hidden_of
 
 

@@ -45,12 +45,20 @@ pub enum QuicCc {
 }
 
 impl QuicCc {
-    pub fn label(self) -> &'static str {
+    /// Every variant (the registry's tests check each has an entry).
+    pub const ALL: [QuicCc; 3] = [QuicCc::Cubic, QuicCc::NewReno, QuicCc::Bbr];
+
+    /// The `controller` that names it in the registry file (calibrate/data/schemes.json).
+    pub fn name(self) -> &'static str {
         match self {
-            QuicCc::Cubic => "Cubic",
-            QuicCc::NewReno => "NewReno",
-            QuicCc::Bbr => "BBR",
+            QuicCc::Cubic => "cubic",
+            QuicCc::NewReno => "newreno",
+            QuicCc::Bbr => "bbr",
         }
+    }
+
+    pub fn from_name(name: &str) -> Option<QuicCc> {
+        QuicCc::ALL.into_iter().find(|cc| cc.name() == name)
     }
 }
 

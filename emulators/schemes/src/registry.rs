@@ -1,16 +1,29 @@
 //! The schemes this binary can run, and which of them this host supports.
 //!
+//! What a scheme is — its name, which side runs first, its implementation and description, and
+//! (for the Python side) its Pantheon labels, aliases and character — is the registry file
+//! calibrate/data/schemes.json, built into this binary (`REGISTRY_JSON`); the Python package
+//! reads the same file. Its entries with an `implementation` are ours: kernel TCP (`kernel-tcp`,
+//! the congestion control by name), QUIC (`quic`) or our UDP transport (`udp`), each with a
+//! `controller` that names the code (`QuicCc::from_name`, `UdpCc::from_name`).
+//!
 //! Kernel TCP schemes are named after the congestion control (`cubic`, `reno`, `bbr`, ...)
 //! and exist when the kernel lists it in `net.ipv4.tcp_available_congestion_control`
-//! (read per network namespace from /proc). The QUIC and UDP schemes are built in and
-//! always available. Names of our own implementations carry the transport as a prefix
-//! (`quic-cubic`, `udp-vegas`) so they can never collide with a kernel congestion control
-//! of the same algorithm.
+//! (read per network namespace from /proc); those in the registry file are listed even when
+//! missing, with the reason, and any other one the kernel offers is listed too. The QUIC and
+//! UDP schemes are built in and always available. Names of our own implementations carry the
+//! transport as a prefix (`quic-cubic`, `udp-vegas`) so they can never collide with a kernel
+//! congestion control of the same algorithm.
 
-use serde_json::json;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
 
 use crate::cc::{self, Controller};
 use crate::quic::QuicCc;
+
+/// The registry file, shared with the Python package.
+pub const REGISTRY_JSON: &str = include_str!("../../../calibrate/data/schemes.json");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunFirst {
@@ -37,6 +50,23 @@ pub enum UdpCc {
 }
 
 impl UdpCc {
+    /// Every variant (the registry's tests check each has an entry).
+    pub const ALL: [UdpCc; 4] = [UdpCc::Vegas, UdpCc::Copa, UdpCc::Ledbat, UdpCc::Saturator];
+
+    /// The `controller` that names it in the registry file.
+    pub fn name(self) -> &'static str {
+        match self {
+            UdpCc::Vegas => "vegas",
+            UdpCc::Copa => "copa",
+            UdpCc::Ledbat => "ledbat",
+            UdpCc::Saturator => "saturator",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<UdpCc> {
+        UdpCc::ALL.into_iter().find(|cc| cc.name() == name)
+    }
+
     pub fn controller(self, mss: u64) -> Box<dyn Controller> {
         match self {
             UdpCc::Vegas => Box::new(cc::Vegas::new(mss)),
@@ -60,6 +90,29 @@ impl Implementation {
             Implementation::KernelTcp(_) => "kernel-tcp",
             Implementation::Quic(_) => "quic",
             Implementation::Udp(_) => "udp",
+        }
+    }
+
+    /// The side that starts first and listens, fixed by the code: our QUIC sender is the
+    /// server; the TCP and UDP receivers listen.
+    pub fn run_first(&self) -> RunFirst {
+        match self {
+            Implementation::Quic(_) => RunFirst::Sender,
+            Implementation::KernelTcp(_) | Implementation::Udp(_) => RunFirst::Receiver,
+        }
+    }
+
+    /// The implementation a registry entry names (`kind`, `controller`).
+    fn of(kind: &str, controller: &str) -> Result<Implementation, String> {
+        match kind {
+            "kernel-tcp" => Ok(Implementation::KernelTcp(controller.to_string())),
+            "quic" => QuicCc::from_name(controller)
+                .map(Implementation::Quic)
+                .ok_or_else(|| format!("no QUIC controller {controller:?} (quic.rs: QuicCc)")),
+            "udp" => UdpCc::from_name(controller)
+                .map(Implementation::Udp)
+                .ok_or_else(|| format!("no UDP controller {controller:?} (registry.rs: UdpCc)")),
+            other => Err(format!("unknown kind {other:?} (kernel-tcp, quic or udp)")),
         }
     }
 }
@@ -87,22 +140,69 @@ impl Scheme {
     }
 }
 
+/// One implemented entry of the registry file.
+#[derive(Clone, Debug)]
+struct Entry {
+    name: String,
+    implementation: Implementation,
+    description: String,
+}
+
+/// The registry file's implemented entries, in its order; the file is part of the binary, so a
+/// malformed or inconsistent one is a build defect (the tests below catch it).
+fn entries() -> &'static [Entry] {
+    static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| parse_registry(REGISTRY_JSON).unwrap_or_else(|e| panic!("calibrate/data/schemes.json: {e}")))
+}
+
+fn parse_registry(text: &str) -> Result<Vec<Entry>, String> {
+    let root: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let list = root["schemes"].as_array().ok_or("no \"schemes\" list")?;
+    let mut out = Vec::new();
+    for item in list {
+        let name = item["name"].as_str().ok_or("an entry without a name")?;
+        let imp = &item["implementation"];
+        if imp.is_null() {
+            continue; // Pantheon's scheme, not implemented here
+        }
+        let field = |key: &str| imp[key].as_str().ok_or_else(|| format!("{name}: implementation.{key} missing"));
+        let implementation = Implementation::of(field("kind")?, field("controller")?).map_err(|e| format!("{name}: {e}"))?;
+        if matches!(&implementation, Implementation::KernelTcp(cc) if cc != name) {
+            return Err(format!("{name}: a kernel-tcp scheme is named after its congestion control"));
+        }
+        let run_first = field("run_first")?;
+        if run_first != implementation.run_first().as_str() {
+            return Err(format!(
+                "{name}: run_first {run_first:?}, but a {} endpoint's {} runs first",
+                implementation.kind(),
+                implementation.run_first().as_str()
+            ));
+        }
+        if out.iter().any(|e: &Entry| e.name == name) {
+            return Err(format!("{name} is listed twice"));
+        }
+        out.push(Entry { name: name.to_string(), implementation, description: field("description")?.to_string() });
+    }
+    Ok(out)
+}
+
 const AVAILABLE_CC: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 const ALLOWED_CC: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-/// Kernel congestion controls Pantheon ran; listed even when missing, with the reason.
-const PANTHEON_KERNEL_CCS: [&str; 4] = ["cubic", "reno", "bbr", "vegas"];
 
+/// The registry file's kernel congestion controls; listed even when missing, with the reason.
+fn registered_kernel_ccs() -> impl Iterator<Item = &'static Entry> {
+    entries().iter().filter(|e| matches!(e.implementation, Implementation::KernelTcp(_)))
+}
+
+/// The registry file's description, or for a congestion control it lacks the generic one.
 fn kernel_description(cc: &str) -> String {
-    let note = match cc {
-        "cubic" => "; Pantheon's cubic (formerly default_tcp)",
-        "bbr" => "; Pantheon's bbr (which also required the fq qdisc on its hosts)",
-        "vegas" => "; Pantheon's vegas",
-        _ => "",
-    };
-    format!(
-        "Linux kernel TCP with congestion control {cc} (TCP_CONGESTION per socket), \
-         full-throttle sender, discarding receiver, 64 MiB socket buffers{note}"
-    )
+    match registered_kernel_ccs().find(|e| e.name == cc) {
+        Some(e) => e.description.clone(),
+        None => format!(
+            "Linux kernel TCP with congestion control {cc} (TCP_CONGESTION per socket), \
+             full-throttle sender, discarding receiver, 64 MiB socket buffers"
+        ),
+    }
 }
 
 fn read_words(path: &str) -> Result<Vec<String>, String> {
@@ -118,9 +218,9 @@ fn kernel_schemes() -> Vec<Scheme> {
     let is_root = unsafe { libc::geteuid() } == 0;
     let allowed = if is_root { Ok(Vec::new()) } else { read_words(ALLOWED_CC) };
     let mut names: Vec<String> = available.clone().unwrap_or_default();
-    for cc in PANTHEON_KERNEL_CCS {
-        if !names.iter().any(|n| n == cc) {
-            names.push(cc.to_string());
+    for e in registered_kernel_ccs() {
+        if !names.iter().any(|n| *n == e.name) {
+            names.push(e.name.clone());
         }
     }
     names
@@ -149,62 +249,19 @@ fn kernel_schemes() -> Vec<Scheme> {
         .collect()
 }
 
+/// The QUIC and UDP schemes of the registry file, in its order.
 fn builtin_schemes() -> Vec<Scheme> {
-    let quic = |name: &str, cc: QuicCc, pantheon: &str| Scheme {
-        name: name.to_string(),
-        run_first: RunFirst::Sender,
-        implementation: Implementation::Quic(cc),
-        description: format!(
-            "QUIC bulk transfer (quinn 0.11, {} controller), one endless stream, self-signed \
-             certificate made at start, sender listens{pantheon}",
-            cc.label()
-        ),
-        unavailable: None,
-    };
-    let udp = |name: &str, cc: UdpCc, description: &str| Scheme {
-        name: name.to_string(),
-        run_first: RunFirst::Receiver,
-        implementation: Implementation::Udp(cc),
-        description: description.to_string(),
-        unavailable: None,
-    };
-    vec![
-        quic(
-            "quic-cubic",
-            QuicCc::Cubic,
-            "; stands in for Pantheon's quic (proto-quic Cubic), a different implementation",
-        ),
-        quic("quic-newreno", QuicCc::NewReno, ""),
-        quic("quic-bbr", QuicCc::Bbr, ""),
-        udp(
-            "udp-vegas",
-            UdpCc::Vegas,
-            "TCP Vegas (Brakmo & Peterson 1994) over our UDP transport: alpha=2, beta=4, gamma=1 \
-             packets, modified slow start, Reno halving on loss; our implementation, Pantheon's \
-             vegas was the Linux kernel module",
-        ),
-        udp(
-            "udp-copa",
-            UdpCc::Copa,
-            "Copa (Arun & Balakrishnan, NSDI 2018) default mode over our UDP transport: delta=0.5, \
-             target rate 1/(delta*dq), velocity, pacing 2*cwnd/RTTstanding, no competitive-mode \
-             switching; our implementation, Pantheon's copa was genericCC",
-        ),
-        udp(
-            "udp-ledbat",
-            UdpCc::Ledbat,
-            "LEDBAT (RFC 6817) over our UDP transport: 100 ms target, GAIN 1, 10-minute base delay \
-             history, min-of-4 current delay, slow start until half the target; our \
-             implementation, Pantheon's ledbat was libutp",
-        ),
-        udp(
-            "udp-saturator",
-            UdpCc::Saturator,
-            "Saturator: paces at 1.25x the highest delivery rate of the last 10 RTTs (2x during \
-             start-up), so the bottleneck queue stays full (about 20% loss at a DropTail queue); \
-             Pantheon's 2017 saturator was a different program",
-        ),
-    ]
+    entries()
+        .iter()
+        .filter(|e| !matches!(e.implementation, Implementation::KernelTcp(_)))
+        .map(|e| Scheme {
+            name: e.name.clone(),
+            run_first: e.implementation.run_first(),
+            implementation: e.implementation.clone(),
+            description: e.description.clone(),
+            unavailable: None,
+        })
+        .collect()
 }
 
 /// Every scheme this binary knows, available or not, kernel TCP first.
@@ -267,10 +324,40 @@ mod tests {
         for s in all().iter().filter(|s| s.implementation.kind() == "kernel-tcp") {
             assert_eq!(s.unavailable.is_none(), available.contains(&s.name), "{}", s.name);
         }
-        // Pantheon's kernel schemes always appear, available or with a reason.
-        for cc in PANTHEON_KERNEL_CCS {
-            assert!(all().iter().any(|s| s.name == cc));
+        // The registry's kernel schemes always appear, available or with a reason.
+        for e in registered_kernel_ccs() {
+            assert!(all().iter().any(|s| s.name == e.name));
         }
+    }
+
+    #[test]
+    fn every_registry_entry_has_an_implementation_and_every_implementation_an_entry() {
+        // Parses the built-in file: every implemented entry names code that exists, with the
+        // side that code runs first (a failure here names the entry).
+        let entries = parse_registry(REGISTRY_JSON).unwrap();
+        assert!(entries.len() >= 11, "{} entries", entries.len());
+        for cc in QuicCc::ALL {
+            let n = entries.iter().filter(|e| e.implementation == Implementation::Quic(cc)).count();
+            assert_eq!(n, 1, "QUIC controller {} has {n} registry entries (calibrate/data/schemes.json)", cc.name());
+        }
+        for cc in UdpCc::ALL {
+            let n = entries.iter().filter(|e| e.implementation == Implementation::Udp(cc)).count();
+            assert_eq!(n, 1, "UDP controller {} has {n} registry entries (calibrate/data/schemes.json)", cc.name());
+        }
+        for e in &entries {
+            assert!(all().iter().any(|s| s.name == e.name && s.implementation == e.implementation), "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn inconsistent_registry_entries_are_refused() {
+        let entry = |imp: &str| format!(r#"{{"schemes": [{{"name": "x", "implementation": {imp}}}]}}"#);
+        let quic_receiver = entry(r#"{"kind": "quic", "controller": "cubic", "run_first": "receiver", "description": ""}"#);
+        assert!(parse_registry(&quic_receiver).unwrap_err().contains("sender runs first"));
+        let unknown = entry(r#"{"kind": "udp", "controller": "nope", "run_first": "receiver", "description": ""}"#);
+        assert!(parse_registry(&unknown).unwrap_err().contains("no UDP controller"));
+        let pantheon_only = r#"{"schemes": [{"name": "sprout", "implementation": null}]}"#;
+        assert!(parse_registry(pantheon_only).unwrap().is_empty());
     }
 
     #[test]

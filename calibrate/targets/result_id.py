@@ -30,10 +30,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from calibrate.archive import DEFAULT_MAX_BYTES, is_archive_name
 from calibrate.errors import EnvironmentProblem, InputError
 from calibrate.jsonfile import parse_json, read_json
-from calibrate.target import Target
+from calibrate.targets.archive import DEFAULT_MAX_BYTES, is_archive_name, read_archive, sha256_file
+from calibrate.targets.model import Target
 
 DEFAULT_BASE_URL = "https://pantheon.stanford.edu/"
 ENV_BASE_URL = "CALIBRATE_PANTHEON_URL"
@@ -210,8 +210,6 @@ def _archive_name(url: str) -> str:
 def fetch_result_archive(result_id: int, options: FetchOptions, page_url: str | None = None
                          ) -> tuple[Path, dict[str, Any]]:
     """The cached archive of a result (downloading it if needed) and its recorded source."""
-    from calibrate.datadir import sha256_file
-
     folder = options.cache_dir / "results" / str(result_id)
     record_path = folder / "source.json"
     if record_path.is_file():
@@ -339,11 +337,9 @@ class _progress:
 
 def read_result(spec: str, options: FetchOptions) -> Target:
     """A Pantheon result ID to a Target (downloading its archive once, then from the cache)."""
-    from calibrate.datadir import read_archive
-
     result_id, page_url = parse_result_id(spec)
     archive, record = fetch_result_archive(result_id, options, page_url)
-    target = read_archive(archive, options)
+    target = read_archive(archive, options.cache_dir, options.max_extract_bytes)
     prov = target.provenance
     notes = prov.notes
     if record.get("checksum_source") != "index":

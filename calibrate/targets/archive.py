@@ -1,4 +1,10 @@
-"""Safe extraction of result archives that come from the internet.
+"""Pantheon result archives: their safe extraction, and reading one into a Target.
+
+`read_archive` extracts an archive once into the cache (named by its sha256) and reads the data
+directory inside it (`calibrate.targets.datadir`), with the archive's name, date and checksum as
+provenance.
+
+Safe extraction of archives that come from the internet:
 
 An archive is read in one streaming pass and rejected as a whole, before anything outside a fresh
 temporary directory is touched, if any member has an absolute path or a `..` component, is a
@@ -10,6 +16,7 @@ only once everything passed, so a rejected archive leaves nothing behind.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shutil
@@ -22,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calibrate.errors import InputError
+from calibrate.targets.datadir import METADATA, PERF, parse_title, read_data_dir, wanted_member
+from calibrate.targets.model import Provenance, Target
 
 ARCHIVE_SUFFIXES = (".tar.xz", ".tar.gz", ".tar.bz2", ".tgz", ".txz", ".tar", ".zip")
 # Pantheon archives of a 10-run, 17-scheme experiment on a 100 Mbit/s path with raw tunnel logs
@@ -221,3 +230,52 @@ def _extract_zip(archive: Path, tmp: Path, want, limits: Limits):
         raise InputError(f"{archive}: not a readable zip archive ({error}); the download may be "
                          "incomplete: delete it and fetch it again") from None
     return tuple(files), tuple(links), total
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading an archive
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_archive(path: Path | str, cache_dir: Path, max_extract_bytes: int = DEFAULT_MAX_BYTES
+                 ) -> Target:
+    """Extract (once, into `cache_dir`/extracted) and read a Pantheon result archive of any era;
+    refused whole if it expands past `max_extract_bytes` (`extract_archive`)."""
+    path = Path(path)
+    checksum = sha256_file(path)
+    dest = Path(cache_dir) / "extracted" / checksum[:32]
+    if not dest.is_dir():
+        try:
+            extract_archive(path, dest, want=wanted_member,
+                            limits=Limits(max_bytes=max_extract_bytes))
+        except OSError as error:
+            if not dest.is_dir():  # else another process extracted it first: use theirs
+                raise InputError(f"cannot extract {path.name} into {dest.parent}: "
+                                 f"{error.strerror or error}; check the cache directory "
+                                 "(--cache-dir)") from None
+    directory = _find_data_dir(dest, path)
+    title = parse_title(path.name)
+    prov = Provenance(kind="archive", source=str(path), name=title.name, date=title.date,
+                      path_description=title.path_description, archive_name=path.name,
+                      sha256=checksum)
+    return read_data_dir(directory, provenance=prov)
+
+
+def _find_data_dir(root: Path, archive: Path) -> Path:
+    candidates = sorted({p.parent for p in root.rglob("*") if p.is_file()})
+    if not candidates:
+        raise InputError(f"{archive}: no Pantheon results inside (no {PERF}, {METADATA}, "
+                         "datalink or stats logs); is it the data archive and not the UID "
+                         "(raw tunnel log) archive?")
+    if len(candidates) > 1:
+        shown = ", ".join(str(c.relative_to(root)) or "." for c in candidates[:5])
+        raise InputError(f"{archive}: holds several result directories ({shown}); extract it and "
+                         "pass the one you mean")
+    return candidates[0]

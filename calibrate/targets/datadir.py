@@ -1,4 +1,5 @@
-"""Reading a Pantheon data directory, or an archive of one, of any era into a Target.
+"""Reading a Pantheon data directory of any era into a Target (an archive of one:
+`calibrate.targets.archive`; its `pantheon_perf.json` alone: `calibrate.targets.perf`).
 
 Per scheme and run the richest source present wins (spec §3–4): the run's entry in
 `pantheon_perf.json` (2018+); else its `<cc>_datalink_run<N>.log`, recomputed with
@@ -15,23 +16,19 @@ the run's numbers; a log that cannot be read for it leaves a note, not an error.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from calibrate.archive import Limits, extract_archive
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence, RunEvidence, parse_link_log, read_log_bytes, run_evidence
 from calibrate.jsonfile import read_json
 from calibrate.metrics import (TOTAL, DatalinkLog, FlowMetrics, check_run, parse_datalink_log,
                                parse_stats_log, read_perf_json, run_stats)
-from calibrate.target import (DroppedRun, Provenance, RunResult, SchemeResult, Target, Workload)
-
-if TYPE_CHECKING:
-    from calibrate.result_id import FetchOptions
+from calibrate.targets.model import (DroppedRun, Provenance, RunResult, SchemeResult, Target,
+                                     Workload)
 
 METADATA = "pantheon_metadata.json"
 PERF = "pantheon_perf.json"
@@ -343,50 +340,3 @@ def _read_run(label: str, run: int, perf, datalink, stats, runtime: float
         return RunResult(run, stats_log.flows, SOURCE_STATS), None, None, None
     reasons.append(f"no {label}_datalink_run{run}.log or {label}_stats_run{run}.log")
     return None, "; ".join(reasons), None, None
-
-
-# ----------------------------------------------------------------------------------------------
-# Archives
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def read_archive(path: Path | str, options: "FetchOptions") -> Target:
-    """Extract (once, into the cache) and read a Pantheon result archive of any era."""
-    path = Path(path)
-    checksum = sha256_file(path)
-    dest = options.cache_dir / "extracted" / checksum[:32]
-    if not dest.is_dir():
-        try:
-            extract_archive(path, dest, want=wanted_member,
-                            limits=Limits(max_bytes=options.max_extract_bytes))
-        except OSError as error:
-            if not dest.is_dir():  # else another process extracted it first: use theirs
-                raise InputError(f"cannot extract {path.name} into {dest.parent}: "
-                                 f"{error.strerror or error}; check the cache directory "
-                                 "(--cache-dir)") from None
-    directory = _find_data_dir(dest, path)
-    title = parse_title(path.name)
-    prov = Provenance(kind="archive", source=str(path), name=title.name, date=title.date,
-                      path_description=title.path_description, archive_name=path.name,
-                      sha256=checksum)
-    return read_data_dir(directory, provenance=prov)
-
-
-def _find_data_dir(root: Path, archive: Path) -> Path:
-    candidates = sorted({p.parent for p in root.rglob("*") if p.is_file()})
-    if not candidates:
-        raise InputError(f"{archive}: no Pantheon results inside (no {PERF}, {METADATA}, "
-                         "datalink or stats logs); is it the data archive and not the UID "
-                         "(raw tunnel log) archive?")
-    if len(candidates) > 1:
-        shown = ", ".join(str(c.relative_to(root)) or "." for c in candidates[:5])
-        raise InputError(f"{archive}: holds several result directories ({shown}); extract it and "
-                         "pass the one you mean")
-    return candidates[0]

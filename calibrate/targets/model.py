@@ -7,28 +7,24 @@ per-packet logs, what they show beyond those numbers (`calibrate.evidence`: the 
 delay, the link's capacity and queue, its drops).  A summary table has aggregates but no per-run
 values, and a Target says so (`runs` is empty, `evidence` None) rather than inventing them.
 
-`load_target(spec)` turns what a user types (a bundled name, a result ID, an archive, a data dir,
-a summary table, a saved target JSON) into a Target; the readers live in their own modules.
+This module is the value model only, and imports no reader: the readers (one module each in
+`calibrate.targets`) build Targets, and `calibrate.targets.load.load_target` picks the reader for
+what a user types.  A Target's own JSON (`Target.to_json` / `from_json`, "calibrate-target") is
+written and read here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from calibrate.aliases import canonical_scheme
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
+from calibrate.scheme_registry import canonical_scheme
 from calibrate.space import SchemeMeasurement
-
-if TYPE_CHECKING:  # the readers import this module; import them lazily at run time
-    from calibrate.result_id import FetchOptions
 
 FORMAT = "calibrate-target"
 FORMAT_VERSION = 1
@@ -94,7 +90,7 @@ class DroppedRun:
 
 @dataclass(frozen=True)
 class SchemeResult:
-    scheme: str  # canonical name (calibrate.aliases)
+    scheme: str  # canonical name (calibrate.scheme_registry.canonical_scheme)
     label: str  # as the source spelled it, e.g. default_tcp
     runs: tuple[RunResult, ...]  # valid runs; empty when the source has only aggregates
     summary: Mapping[str, FlowSummary]  # flow key -> aggregates over valid runs
@@ -273,83 +269,3 @@ def _opt(value: Any) -> float | None:
 
 def _flow_order(key: str) -> tuple[int, int]:
     return (0, 0) if key == TOTAL else (1, int(key) if key.isdigit() else 0)
-
-
-# ----------------------------------------------------------------------------------------------
-# Bundled targets
-
-BUNDLED_INDEX = "bundled_targets.json"
-
-
-def bundled_targets() -> dict[str, dict[str, Any]]:
-    """Name -> description of the targets shipped inside the package (calibrate/data)."""
-    text = resources.files("calibrate.data").joinpath(BUNDLED_INDEX).read_text()
-    return json.loads(text)
-
-
-def load_bundled(name: str) -> Target:
-    from calibrate.summary_table import read_summary_table
-
-    entry = bundled_targets()[name]
-    resource = resources.files("calibrate.data").joinpath(entry["file"])
-    with resources.as_file(resource) as path:
-        target = read_summary_table(path)
-    prov = entry.get("provenance", {})
-    return replace(target, name=name, workload=Workload.from_json(entry.get("workload", {})),
-                   provenance=replace(target.provenance, kind="bundled", source=name,
-                                      **{k: (tuple(v) if k == "notes" else v)
-                                         for k, v in prov.items()}))
-
-
-# ----------------------------------------------------------------------------------------------
-# Dispatch
-
-
-def load_target(spec: str, *, fetch: "FetchOptions | None" = None) -> Target:
-    """Resolve TARGET as typed on the command line.  An existing path wins; then a bundled name;
-    then a Pantheon result ID (P188, 188 or its URL)."""
-    from calibrate.archive import is_archive_name
-    from calibrate.result_id import FetchOptions, looks_like_result_id, read_result
-
-    path = Path(os.path.expanduser(spec))
-    if path.exists():
-        return load_path(path, fetch=fetch)
-    if spec in bundled_targets():
-        return load_bundled(spec)
-    if looks_like_result_id(spec):
-        return read_result(spec, fetch or FetchOptions.from_environment())
-    hint = ""
-    if is_archive_name(spec) or spec.endswith((".csv", ".json", ".txt")):
-        hint = " (no such file)"
-    raise InputError(f"target {spec!r} is not a file or directory{hint}, a bundled target "
-                     f"({', '.join(sorted(bundled_targets()))}) or a Pantheon result ID "
-                     "(P188, 188 or https://pantheon.stanford.edu/result/188/)")
-
-
-def load_path(path: Path, *, fetch: "FetchOptions | None" = None) -> Target:
-    from calibrate.archive import is_archive_name
-    from calibrate.datadir import read_archive, read_data_dir
-    from calibrate.jsonfile import read_json
-    from calibrate.result_id import FetchOptions
-    from calibrate.summary_table import read_summary_table
-
-    if path.is_dir():
-        return read_data_dir(path)
-    if is_archive_name(path.name):
-        return read_archive(path, fetch or FetchOptions.from_environment())
-    if path.suffix.lower() == ".json":
-        data = read_json(path)
-        if isinstance(data, dict) and data.get("format") == FORMAT:
-            return Target.from_json(data, source=str(path))
-        if path.name.endswith("pantheon_perf.json") or _looks_like_perf(data):
-            return read_data_dir(path.parent, perf_file=path)
-        return read_summary_table(path)
-    if path.name.endswith("pantheon_metadata.json"):
-        return read_data_dir(path.parent)
-    return read_summary_table(path)
-
-
-def _looks_like_perf(data: Any) -> bool:
-    if not isinstance(data, dict) or not data or "schemes" in data:
-        return False
-    return all(isinstance(v, dict) and all(str(k).isdigit() for k in v) for v in data.values())

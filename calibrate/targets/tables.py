@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from calibrate.aliases import canonical_scheme
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate
-from calibrate.target import FlowSummary, Provenance, SchemeResult, Target, Workload
+from calibrate.scheme_registry import canonical_scheme
+from calibrate.targets.datadir import parse_title
+from calibrate.targets.model import FlowSummary, Provenance, SchemeResult, Target, Workload
 
 _METRICS = ("tput_mbps", "delay_p95_ms", "loss_pct")
 _REQUIRED = ("scheme", "tput_mbps_mean", "delay_p95_ms_mean")
@@ -292,8 +293,6 @@ def read_compare_table(text: str, *, source: str, experiment: int = 1) -> Target
     meta: dict[str, str] = {"metrics_from": f"experiment {experiment} of a "
                                             "compare_two_experiments.py table (mean, np.std)"}
     if m := _COMPARISON_OF.search(text):
-        from calibrate.datadir import parse_title
-
         title = parse_title(m.group("a" if experiment == 1 else "b").rstrip("/"))
         meta["name"] = title.name
         if title.date:
