@@ -62,7 +62,7 @@ class Queue:
             raise InputError(f"a {self.kind} queue needs packets= or bytes= (> 0)")
 
     @classmethod
-    def droptail(cls, packets: int) -> "Queue":
+    def droptail(cls, packets: int) -> Queue:
         return cls("droptail", packets=int(packets))
 
     def args(self) -> str:
@@ -137,6 +137,7 @@ class EmulatorConfig:
             path = Path(directory) / self.trace_name(direction)
             if not path.exists():
                 rate = self._rate(direction)
+                assert rate is not None  # __post_init__: a direction without a trace file has a rate
                 times = traces.constant(rate) if self.link == "constant" else traces.poisson(rate, self.trace_seed)
                 traces.write(times, path)
             paths.append(path)
@@ -165,7 +166,8 @@ class EmulatorConfig:
 
     def pantheon_args(self, uplink: str | None = None, downlink: str | None = None) -> list[str]:
         """Arguments of Pantheon's ``src/experiments/test.py local`` for this path."""
-        args = ["--uplink-trace", uplink or self.trace_name("uplink"), "--downlink-trace", downlink or self.trace_name("downlink")]
+        args = ["--uplink-trace", uplink or self.trace_name("uplink"),
+                "--downlink-trace", downlink or self.trace_name("downlink")]
         if self._shells():
             args += ["--prepend-mm-cmds", " ".join(self._shells())]
         if self._link_args():
@@ -190,7 +192,7 @@ class EmulatorConfig:
         queue = "infinite queue" if self.queue.kind == "infinite" else f"{self.queue.kind} {self.queue.args()}"
         return f"{rate} {self.link}, {self.delay_ms} ms, {queue}, loss {self.uplink_loss:g}"
 
-    def for_run(self, run_id: int) -> "EmulatorConfig":
+    def for_run(self, run_id: int) -> EmulatorConfig:
         """The path as run `run_id` emulates it: the same traces (`trace_seed`), its own losses.
         The one place a loss seed is derived: trace_seed·1000 + run_id (run ids, Pantheon's from
         1 and a calibration's re-runs at +500, stay below 1000, so no two (trace seed, run)
@@ -201,7 +203,7 @@ class EmulatorConfig:
 
     @classmethod
     def parse(cls, text: str, trace_dirs: tuple[Path, ...] = (), trace_seed: int = 0,
-              loss_seed: int = 0) -> "EmulatorConfig":
+              loss_seed: int = 0) -> EmulatorConfig:
         """Read a Mahimahi command line or Pantheon ``test.py`` arguments back.
 
         Trace arguments naming an existing file (as given, or inside one of ``trace_dirs``)
@@ -213,21 +215,24 @@ class EmulatorConfig:
         seeds = (trace_seed, loss_seed)
         tokens = shlex.split(text)
         if not tokens:
-            raise InputError("empty emulator description: give a Mahimahi command (mm-delay ... mm-link UP DOWN ...) or Pantheon test.py arguments")
+            raise InputError("empty emulator description: give a Mahimahi command (mm-delay ... mm-link UP DOWN ...) "
+                             "or Pantheon test.py arguments")
         if tokens[0].startswith("--"):
             return cls._parse_pantheon(tokens, trace_dirs, seeds)
         return cls._parse_mahimahi(tokens, trace_dirs, seeds)
 
     @classmethod
     def _parse_pantheon(cls, tokens: list[str], trace_dirs: tuple[Path, ...],
-                        seeds: tuple[int, int]) -> "EmulatorConfig":
+                        seeds: tuple[int, int]) -> EmulatorConfig:
         options: dict[str, str] = {}
         i = 0
         while i < len(tokens):
             token = tokens[i]
             name, eq, value = token.partition("=")
-            if name not in ("--uplink-trace", "--downlink-trace", "--prepend-mm-cmds", "--append-mm-cmds", "--extra-mm-link-args"):
-                raise InputError(f"unexpected Pantheon argument {token!r}: expected --uplink-trace, --downlink-trace, --prepend-mm-cmds, --extra-mm-link-args")
+            if name not in ("--uplink-trace", "--downlink-trace", "--prepend-mm-cmds", "--append-mm-cmds",
+                            "--extra-mm-link-args"):
+                raise InputError(f"unexpected Pantheon argument {token!r}: expected --uplink-trace, --downlink-trace, "
+                                 "--prepend-mm-cmds, --extra-mm-link-args")
             if not eq:
                 if i + 1 >= len(tokens):
                     raise InputError(f"{name} needs a value")
@@ -236,17 +241,19 @@ class EmulatorConfig:
             options[name] = value
             i += 1
         if options.get("--append-mm-cmds", "").strip():
-            raise InputError("shells inside mm-link (--append-mm-cmds) are not supported: put mm-delay/mm-loss in --prepend-mm-cmds")
+            raise InputError("shells inside mm-link (--append-mm-cmds) are not supported: "
+                             "put mm-delay/mm-loss in --prepend-mm-cmds")
         up = options.get("--uplink-trace")
         if up is None:
             raise InputError("Pantheon arguments need --uplink-trace")
         down = options.get("--downlink-trace", up)
-        command = f"{options.get('--prepend-mm-cmds', '')} mm-link {shlex.quote(up)} {shlex.quote(down)} {options.get('--extra-mm-link-args', '')}"
+        command = (f"{options.get('--prepend-mm-cmds', '')} mm-link {shlex.quote(up)} {shlex.quote(down)} "
+                   f"{options.get('--extra-mm-link-args', '')}")
         return cls._parse_mahimahi(shlex.split(command), trace_dirs, seeds)
 
     @classmethod
     def _parse_mahimahi(cls, tokens: list[str], trace_dirs: tuple[Path, ...],
-                        seeds: tuple[int, int]) -> "EmulatorConfig":
+                        seeds: tuple[int, int]) -> EmulatorConfig:
         delay = 0
         losses = {"uplink": 0.0, "downlink": 0.0}
         i = 0
@@ -256,7 +263,8 @@ class EmulatorConfig:
                 try:
                     delay += int(tokens[i + 1])
                 except ValueError:
-                    raise InputError(f"mm-delay takes an integer number of milliseconds, got {tokens[i + 1]!r}") from None
+                    raise InputError("mm-delay takes an integer number of milliseconds, "
+                                     f"got {tokens[i + 1]!r}") from None
                 i += 2
             elif shell == "mm-loss" and i + 2 < len(tokens):
                 direction, value = tokens[i + 1], tokens[i + 2]
@@ -270,7 +278,8 @@ class EmulatorConfig:
                 losses[direction] = p if not losses[direction] else 1.0 - (1.0 - losses[direction]) * (1.0 - p)
                 i += 3
             else:
-                raise InputError(f"unsupported or incomplete shell {shell!r} before mm-link: supported are mm-delay D and mm-loss uplink|downlink P")
+                raise InputError(f"unsupported or incomplete shell {shell!r} before mm-link: "
+                                 "supported are mm-delay D and mm-loss uplink|downlink P")
         if i + 2 >= len(tokens):
             raise InputError("the emulator needs mm-link UPLINK-TRACE DOWNLINK-TRACE")
         up_name, down_name = tokens[i + 1], tokens[i + 2]
@@ -285,7 +294,8 @@ class EmulatorConfig:
                 break
             match = re.fullmatch(r"--(uplink|downlink)-queue(-args)?(?:=(.*))?", token)
             if not match:
-                raise InputError(f"unsupported mm-link option {token!r}: supported are --uplink-queue=, --uplink-queue-args= and the downlink ones")
+                raise InputError(f"unsupported mm-link option {token!r}: supported are --uplink-queue=, "
+                                 "--uplink-queue-args= and the downlink ones")
             value = match.group(3)
             if value is None:
                 if j + 1 >= len(rest):
@@ -301,7 +311,9 @@ class EmulatorConfig:
             leftover = re.sub(r"(packets|bytes)=\d+", "", args).strip(" ,")
             if leftover:
                 raise InputError(f"unsupported {direction} queue arguments {args!r}: use packets=N and/or bytes=N")
-            queues[direction] = Queue(kind, int(limits.get("packets", 0)), int(limits.get("bytes", 0)))  # type: ignore[arg-type]
+            # the kind as the command line gave it: Queue.__post_init__ rejects an unknown one
+            queues[direction] = Queue(kind, int(limits.get("packets", 0)),  # type: ignore[arg-type]
+                                      int(limits.get("bytes", 0)))
         up_rate, up_kind, up_file = _resolve_trace(up_name, trace_dirs)
         down_rate, down_kind, down_file = _resolve_trace(down_name, trace_dirs)
         if up_file is None and down_file is None and up_kind != down_kind:
@@ -315,7 +327,7 @@ class EmulatorConfig:
             downlink_queue=queues["downlink"],
             uplink_loss=losses["uplink"],
             downlink_loss=losses["downlink"],
-            link=up_kind if up_file is None else down_kind,  # type: ignore[arg-type]
+            link=up_kind if up_file is None else down_kind,
             trace_seed=named[0] if named else seeds[0],
             loss_seed=seeds[1],
             uplink_trace=up_file,
@@ -331,7 +343,7 @@ def _trace_seed(name: str) -> int | None:
     return int(match.group("seed")) if match and match.group("seed") else None
 
 
-def _resolve_trace(name: str, trace_dirs: tuple[Path, ...]) -> tuple[float | None, str, Path | None]:
+def _resolve_trace(name: str, trace_dirs: tuple[Path, ...]) -> tuple[float | None, LinkKind, Path | None]:
     """(rate, kind, file): a file when one exists, else a generated trace named by its rate."""
     for candidate in [Path(name)] + [Path(d) / name for d in trace_dirs]:
         if candidate.is_file():

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal
 
 from calibrate import binaries
 from calibrate.emulator import EmulatorConfig
@@ -47,7 +48,8 @@ class Logs:
 
     def arguments(self) -> list[str]:
         args: list[str] = []
-        for name, path in (("datalink", self.datalink), ("acklink", self.acklink), ("uplink", self.uplink), ("downlink", self.downlink)):
+        for name, path in (("datalink", self.datalink), ("acklink", self.acklink), ("uplink", self.uplink),
+                           ("downlink", self.downlink)):
             if path is not None:
                 args += [f"--{name}-log", str(path)]
         return args
@@ -97,10 +99,9 @@ class Backend:
         return {"name": self.name, "mahimahi_user": self.mahimahi_user, "timing": self.timing}
 
     @classmethod
-    def from_json(cls, data: "dict[str, object] | None") -> "Backend":
+    def from_json(cls, data: Mapping[str, Any] | None) -> Backend:
         data = data or {}
-        return cls(str(data.get("name", "engine")), data.get("mahimahi_user"),  # type: ignore[arg-type]
-                   str(data.get("timing", "mahimahi")))
+        return cls(str(data.get("name", "engine")), data.get("mahimahi_user"), str(data.get("timing", "mahimahi")))
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path,
                    backend=backend)
     summary_path = Path(workdir) / "engine-summary.json"
     summary_path.unlink(missing_ok=True)
-    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     try:
         stdout, stderr = process.communicate()
     except BaseException:

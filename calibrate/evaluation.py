@@ -141,10 +141,12 @@ class RunMetrics:
                 "seconds": round(self.seconds, 3), "host": self.host}
 
     @classmethod
-    def from_json(cls, candidate: int, data: Mapping[str, Any]) -> "RunMetrics":
+    def from_json(cls, candidate: int, data: Mapping[str, Any]) -> RunMetrics:
         flows = data.get("flows")
         return cls(candidate, str(data["label"]), int(data["replicate"]),
-                   None if flows is None else {k: tuple(float(x) for x in v) for k, v in flows.items()},
+                   # the journal holds (tput, delay, loss) triples; their length is not re-checked here
+                   None if flows is None else {k: tuple(float(x) for x in v)  # type: ignore[misc]
+                                               for k, v in flows.items()},
                    data.get("reason"), int(data.get("attempts", 1)),
                    tuple(int(s) for s in data.get("loss_seeds", ())), float(data.get("seconds", 0.0)),
                    str(data.get("host", "")))
@@ -226,7 +228,7 @@ class Evaluator:
     _remote: Any = None
     _started: bool = False
 
-    def __enter__(self) -> "Evaluator":
+    def __enter__(self) -> Evaluator:
         ray = _ray()
         address = self.settings.resolved_address()
         if ray.is_initialized():

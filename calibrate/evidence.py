@@ -2,10 +2,10 @@
 
 A Pantheon data dir may hold two kinds of per-packet log per run:
 
-- the merged tunnel log `<cc>_datalink_run<N>.log` (spec/pantheon.md §3.3): every delivered
-  packet's one-way delay, so the **smallest one-way delay** any packet saw — the propagation
-  delay plus at least one delivery slot, a far tighter statement than a p95;
-- Mahimahi's link log `<cc>_mm_datalink_run<N>.log` (spec/mahimahi.md §1.5): `T # 1504` every
+- the merged tunnel log `<cc>_datalink_run<N>.log` (Pantheon's `merge_tunnel_logs.py`): every
+  delivered packet's one-way delay, so the **smallest one-way delay** any packet saw — the
+  propagation delay plus at least one delivery slot, a far tighter statement than a p95;
+- Mahimahi's link log `<cc>_mm_datalink_run<N>.log` (mm-link's `--uplink-log`): `T # 1504` every
   delivery opportunity, `T + S` an arrival, `T - S D` a departure after D ms in the link
   (queueing and serialisation; the `mm-delay` after the link is not in D), `T d N B` a queue drop.
   From it: the **link's capacity** (opportunities per second × 1500 bytes) and whether its
@@ -55,7 +55,7 @@ POISSON_DISPERSION = (0.6, 1.6)
 #: little below the full set's.
 QUANTILE_MARGIN_SE = 4.0
 #: The smallest time a packet spends in a Mahimahi link: it leaves at the next whole-millisecond
-#: opportunity (spec/mahimahi.md §1.3), so the smallest one-way delay is the mm-delay + ~1 ms.
+#: opportunity (Mahimahi's `link_queue.cc`), so the smallest one-way delay is the mm-delay + ~1 ms.
 LINK_TICK_MS = 1.0
 
 _KINDS = ("#", "+", "-", "d")
@@ -103,7 +103,7 @@ class LinkLog:
 
 
 def parse_link_log(path: Path | str, data: bytes | None = None) -> LinkLog:
-    """Parse a Mahimahi `--uplink-log` (spec/mahimahi.md §1.5), plain or gzipped; `data` may
+    """Parse a Mahimahi `--uplink-log` (as `link_queue.cc` writes it), plain or gzipped; `data` may
     pass the bytes already read (path is then only a label)."""
     source = str(path)
     data = read_log_bytes(path) if data is None else data
@@ -114,7 +114,7 @@ def parse_link_log(path: Path | str, data: bytes | None = None) -> LinkLog:
     import pandas as pd  # here, not at the top: every `calibrate` command imports this module
 
     expected = ("expected lines 'T # 1504', 'T + S', 'T - S D' and 'T d N B' after the '# ' "
-                "header (spec/mahimahi.md §1.5); is this a Mahimahi link log?")
+                "header (mm-link's --uplink-log); is this a Mahimahi link log?")
     try:
         frame = pd.read_csv(io.BytesIO(data[start:]), sep=" ", header=None,
                             names=["t", "k", "s", "d"], engine="c",
@@ -197,7 +197,7 @@ class RunEvidence:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunEvidence":
+    def from_json(cls, data: Mapping[str, Any]) -> RunEvidence:
         known = {f.name: data[f.name] for f in fields(cls) if data.get(f.name) is not None}
         if "in_link_at_drops" in known:
             low, high = known["in_link_at_drops"]
@@ -307,7 +307,7 @@ class PathEvidence:
     def __post_init__(self) -> None:
         object.__setattr__(self, "runs", tuple(sorted(self.runs, key=lambda r: (r.label, r.run))))
 
-    def of_scheme(self, label: str) -> "PathEvidence":
+    def of_scheme(self, label: str) -> PathEvidence:
         return PathEvidence(tuple(r for r in self.runs if r.label == label))
 
     @property
@@ -389,7 +389,7 @@ class PathEvidence:
         return {"runs": [r.to_json() for r in self.runs], "path": self.summary()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "PathEvidence":
+    def from_json(cls, data: Mapping[str, Any]) -> PathEvidence:
         return cls(tuple(RunEvidence.from_json(r) for r in data["runs"]))
 
     def summary(self) -> dict[str, Any]:

@@ -32,7 +32,6 @@ resume), the result is computed again from the journal (`Calibration.result`).
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata
 import os
 import shlex
 import shutil
@@ -43,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from calibrate import binaries
+from calibrate import binaries, installed_version
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
@@ -117,7 +116,7 @@ def load_run(run_dir: Path | str) -> CalibrationRun:
 # The emulator in its three spellings
 
 
-def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict[str, str]:
+def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict[str, str | list[str]]:
     """Write ``config``'s traces into root/traces and its command files into root/folder; return
     {kind: path relative to root} for the three command files and the traces.  Commands name
     the traces relative to ``root``."""
@@ -130,13 +129,13 @@ def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict
         "pantheon_args": shlex.join(config.pantheon_args(rel_up, rel_down)),
         "engine": shlex.join([binaries.LINK, *as_files.engine_args(root)]),
     }
-    files: dict[str, str] = {}
+    files: dict[str, str | list[str]] = {}
     for kind, text in texts.items():
         rel = f"{folder}/{COMMAND_FILES[kind]}" if folder else COMMAND_FILES[kind]
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text + "\n")
         files[kind] = rel
-    files["traces"] = sorted({rel_up, rel_down})  # type: ignore[assignment]
+    files["traces"] = sorted({rel_up, rel_down})
     return files
 
 
@@ -172,13 +171,6 @@ def _scheme_rows(rows: Sequence[Mapping[str, Any]], ours: Mapping[str, str]) -> 
              "failures": r.get("failures", [])} for r in rows]
 
 
-def _version() -> str | None:
-    try:
-        return importlib.metadata.version("calibrate")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                  files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """emulator.json's content.  ``emulators``/``files``: per link kind with an incumbent, its
@@ -187,7 +179,7 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
     winner = result["winner"]
     ours = meta.get("schemes", {})
     links: dict[str, Any] = {}
-    for link in [winner, *(l for l in result["links"] if l != winner)]:
+    for link in [winner, *(other for other in result["links"] if other != winner)]:
         v = result["links"][link]
         entry: dict[str, Any] = {"winner": link == winner,
                                  "evaluations": sum(r.link == link for r in run.records),
@@ -227,8 +219,8 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                     "warm_start": meta.get("warm_start"), "schemes": ours,
                     "workload": meta.get("workload"), "seeds": meta.get("seeds"),
                     "result": run.result_source},
-            "calibrate_version": _version(),
-            "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "calibrate_version": installed_version(),
+            "exported_at": dt.datetime.now(dt.UTC).isoformat(),
         },
     }
 
@@ -257,7 +249,7 @@ def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
     link kind with an incumbent."""
     from calibrate.summary_plot import delay_axis, scheme_style
 
-    panels = [(l, e) for l, e in report["links"].items() if "schemes" in e]
+    panels = [(link, entry) for link, entry in report["links"].items() if "schemes" in entry]
     fig = _figure(6.5 * len(panels), 5.5)
     for i, (link, entry) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
@@ -404,7 +396,7 @@ def write_export(run: CalibrationRun, out: Path | str | None = None) -> Path:
         report = build_report(run, emulators, files)
         plot_figure3(report, [staging / name for name in FIGURE3])
         plot_convergence(run.records, staging / CONVERGENCE,
-                         {l: v["candidate"] for l, v in result["links"].items() if "candidate" in v})
+                         {link: v["candidate"] for link, v in result["links"].items() if "candidate" in v})
         report["files"] = sorted([*_listed(staging), REPORT])
         write_atomic(staging / REPORT, jsonable(report))
         out.mkdir(exist_ok=True)

@@ -57,6 +57,7 @@ import numpy as np
 
 from calibrate.objective import Stats
 from calibrate.space import DEFAULT_RUNTIME_S, MTU_BITS, packet_time_ms
+
 LinkKind = Literal["constant", "poisson"]
 
 TICK_MS = 1.0  # Mahimahi delivers at whole milliseconds

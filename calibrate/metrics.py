@@ -1,13 +1,15 @@
 """Pantheon's analysis math: the one implementation, for real archives and emulated runs alike.
 
-A run's merged datalink log (spec §3.3) becomes per-flow and total ("all") throughput, 95th
-percentile one-way delay and loss, exactly as Pantheon's `tunnel_graph.py` computes them (§4.1);
-runs are judged valid or not as `plot.py` does (§4.2); valid runs are aggregated.  The same module
-writes and reads the two files Pantheon derives from the logs, `<cc>_stats_run<N>.log` (§3.1) and
-`pantheon_perf.json` (§4.3), so emulated runs land in Pantheon's data-dir layout with these numbers.
+A run's merged datalink log (Pantheon's `src/experiments/merge_tunnel_logs.py` writes it) becomes
+per-flow and total ("all") throughput, 95th percentile one-way delay and loss, exactly as Pantheon's
+`src/analysis/tunnel_graph.py` computes them; runs are judged valid or not as `src/analysis/plot.py`
+does; valid runs are aggregated.  The same module writes and reads the two files Pantheon derives
+from the logs, `<cc>_stats_run<N>.log` (plot.py appends its `# Datalink statistics` block) and
+`pantheon_perf.json` (plot.py, since May 2018), so emulated runs land in Pantheon's data-dir layout
+with these numbers.
 
 Units everywhere: throughput Mbit/s, delay ms, loss a fraction in [0, 1] (logs print it in %),
-sizes bytes as logged (outer tunnel datagrams, spec §7.3).
+sizes bytes as logged (Pantheon's: outer tunnel datagrams, the inner packet + 36 bytes).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +29,7 @@ from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 
 # plot.py discards a run whose departure window is shorter than this fraction of the runtime
-# (0.75 in Jan 2017, 0.8 since June 2017; spec §4.2).
+# (0.75 in Jan 2017, 0.8 since June 2017).
 RUN_VALIDITY_FRACTION = 0.8
 DELAY_PERCENTILE = 95.0
 # Population std, as Pantheon's compare_two_experiments.py (np.std) and the bundled table use,
@@ -120,14 +123,13 @@ class Aggregate:
                 "ddof": self.ddof}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> "Aggregate":
+    def from_json(cls, data: Mapping[str, Any]) -> Aggregate:
         return cls(_opt_float(data.get("mean")), _opt_float(data.get("median")),
-                   _opt_float(data.get("std")), int(data.get("n", 0)),  # type: ignore[arg-type]
-                   int(data.get("ddof", STD_DDOF)))  # type: ignore[arg-type]
+                   _opt_float(data.get("std")), int(data.get("n", 0)), int(data.get("ddof", STD_DDOF)))
 
 
-def _opt_float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,7 +140,7 @@ def percentile_nearest(values: np.ndarray, q: float = DELAY_PERCENTILE) -> float
     """numpy's `nearest` percentile: element round_half_even(q/100*(n-1)) of the sorted values.
 
     Pantheon calls np.percentile(..., interpolation='nearest'); that keyword is gone in NumPy 2
-    (and Pantheon then marks every run invalid, spec §8), `method=` is its replacement."""
+    (and plot.py, catching the TypeError, then marks every run invalid), `method=` is its replacement."""
     if len(values) == 0:
         raise ValueError("percentile of no values")
     return float(np.percentile(values, q, method="nearest"))
@@ -192,7 +194,7 @@ class DatalinkLog:
 
 
 def run_stats(log: DatalinkLog) -> RunStats:
-    """Spec §4.1 on a parsed log."""
+    """tunnel_graph.py's per-run metrics on a parsed log."""
     flow_ids = sorted(set(np.unique(log.arrival_flow).tolist())
                       | set(np.unique(log.departure_flow).tolist()))
     flows: dict[int, FlowStats] = {}
@@ -286,9 +288,9 @@ def parse_datalink_log(path: Path | str, data: bytes | None = None) -> DatalinkL
     source = str(path)
     if data is None:
         try:
-            size = Path(path).stat().st_size
-            if size > MAX_LOG_BYTES:
-                raise InputError(f"{source}: {size} bytes is far more than a datalink log of a "
+            n_bytes = Path(path).stat().st_size
+            if n_bytes > MAX_LOG_BYTES:
+                raise InputError(f"{source}: {n_bytes} bytes is far more than a datalink log of a "
                                  "<=60 s run; check the file")
             data = Path(path).read_bytes()
         except OSError as error:
@@ -340,8 +342,8 @@ _STATS_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def format_stats_block(stats: RunStats, generated_at: dt.datetime | None = None) -> str:
-    """The `# Datalink statistics` block plot.py appends to a stats log (spec §3.1)."""
-    when = (generated_at or dt.datetime.now(dt.timezone.utc)).strftime(_STATS_TIME_FORMAT)
+    """The `# Datalink statistics` block plot.py appends to a stats log."""
+    when = (generated_at or dt.datetime.now(dt.UTC)).strftime(_STATS_TIME_FORMAT)
     flows = {k: v for k, v in sorted(stats.flows.items()) if k} or dict(stats.flows)
     n = max(len(flows), 1)
     lines = [f"# Below is generated by calibrate at {when}", "# Datalink statistics",
@@ -493,7 +495,7 @@ def _stats_value(text: str, source: str, number: int) -> float | None:
 
 def perf_json(runs: Mapping[str, Mapping[int, RunStats | Mapping[str, FlowMetrics] | None]]
               ) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
-    """`{cc: {run: {"all"|flow: {tput, delay, loss}}}}` with string keys (spec §4.3).
+    """`{cc: {run: {"all"|flow: {tput, delay, loss}}}}` with string keys (plot.py's `pantheon_perf.json`).
     Pass only valid runs, or None for a discarded one (left out, as Pantheon does)."""
     out: dict[str, dict[str, dict[str, dict[str, float | None]]]] = {}
     for cc, by_run in runs.items():
@@ -549,6 +551,8 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
                                               or not isinstance(value, (int, float))):
                         raise fail(f"{where}[{flow!r}][{key!r}]", f"{value!r} is not a number")
                     nums[key] = None if value is None else float(value)
-                entry[str(flow)] = FlowMetrics(nums["tput"], nums["delay"], nums["loss"])
+                tput = nums["tput"]
+                assert tput is not None  # a missing 'tput' raised above
+                entry[str(flow)] = FlowMetrics(tput, nums["delay"], nums["loss"])
             out[cc][int(run)] = entry
     return out

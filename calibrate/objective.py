@@ -1,7 +1,7 @@
 """The replication error f(x) of the paper, its noise, and the per-scheme table behind it.
 
-Pantheon paper §5.2 (spec/pantheon.md §5.1): f is the average, across the reference schemes, of
-the percentage differences between real and emulated mean throughput and mean 95th-percentile
+Pantheon paper (Yan et al., USENIX ATC 2018) §5.2: f is the average, across the reference schemes,
+of the percentage differences between real and emulated mean throughput and mean 95th-percentile
 one-way delay:
 
     f = 100 · mean_k ( |T̂_k − T_k| / T_k + |D̂_k − D_k| / D_k ) / 2
@@ -145,11 +145,12 @@ def _as_stats(value: object, where: str) -> Replicate:
     if isinstance(value, (Stats, Failure)):
         return value
     try:
-        t, d, l = (float(v) for v in value)  # type: ignore[union-attr]
+        # any iterable of three numbers; what is not one raises here and is reported below
+        tput, delay, loss = (float(v) for v in value)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         raise InputError(f"{where}: expected Stats, Failure or (throughput, delay, loss), "
                          f"got {value!r}") from None
-    return Stats(t, d, l)
+    return Stats(tput, delay, loss)
 
 
 # Per metric (throughput, delay, loss): the smallest reference a relative error divides by.
@@ -186,6 +187,7 @@ def replication_error(
         if problem:
             raise InputError(f"the target's statistics for {key} cannot be scored ({problem}); "
                              f"drop that scheme from the target")
+        # a Failure has a reason, so only a Stats gets here
         target[key] = s  # type: ignore[assignment]
 
     common = [k for k in target if k in emulated]
@@ -212,8 +214,8 @@ def replication_error(
     for key in common:
         ref = target[key]
         raw = emulated[key]
-        reps = [raw] if isinstance(raw, (Stats, Failure)) or _looks_like_triple(raw) else list(raw)  # type: ignore[arg-type]
-        reps = [_as_stats(r, f"emulated {key}") for r in reps]
+        given = [raw] if isinstance(raw, (Stats, Failure)) or _looks_like_triple(raw) else list(raw)
+        reps = [_as_stats(r, f"emulated {key}") for r in given]
         failures = tuple(r.reason if isinstance(r, Failure) else f"invalid run: {r.problem()}"
                          for r in reps if isinstance(r, Failure) or r.problem())
         valid = np.array([[r.throughput, r.delay, r.loss] for r in reps

@@ -93,7 +93,7 @@ class Ranges:
                 "ranges_note": MEANING if self.ranges else self.note}
 
     @classmethod
-    def from_json(cls, entry: Mapping[str, Any]) -> "Ranges":
+    def from_json(cls, entry: Mapping[str, Any]) -> Ranges:
         """From a link kind's entry in result.json (`to_json`'s keys; absent: an older result)."""
         if "ranges" not in entry:
             return cls(note=NOT_COMPUTED)

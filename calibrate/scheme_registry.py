@@ -60,7 +60,7 @@ class Entry:
         return (self.name, *self.labels)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Entry":
+    def from_json(cls, data: Mapping[str, Any]) -> Entry:
         impl = data.get("implementation")
         character = frozenset(data.get("character", ()))
         unknown = sorted(set(character) - set(TRAITS))
@@ -70,7 +70,7 @@ class Entry:
         if impl is not None and (impl["kind"] not in KINDS or impl["run_first"] not in RUN_FIRST):
             raise ValueError(f"{REGISTRY_FILE}: {data['name']}: implementation {impl}")
         return cls(str(data["name"]), tuple(data.get("pantheon_labels", ())),
-                   tuple(data.get("aliases", ())), character, data.get("note"),  # type: ignore[arg-type]
+                   tuple(data.get("aliases", ())), character, data.get("note"),
                    None if impl is None else Implementation(
                        str(impl["kind"]), str(impl["controller"]), str(impl["run_first"]),
                        str(impl.get("description", ""))))

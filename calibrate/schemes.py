@@ -1,4 +1,5 @@
-"""Schemes: Pantheon's wrapper contract (spec §1) and the registry of the schemes on this host.
+"""Schemes: Pantheon's wrapper contract (its `src/wrappers/*.py`) and the registry of the schemes
+on this host.
 
 A scheme is a program with Pantheon's command line: `run_first` prints which side starts first;
 the first side gets `<side> PORT` and listens, the second gets `<side> IP PORT` and connects;
@@ -243,7 +244,7 @@ def pantheon_schemes(pantheon_dir: Path | str, interpreter: str | None = None) -
                    description=f"Pantheon's wrapper {script}, run with {python}",
                    note=None, kind="pantheon-wrapper", available=run_first is not None,
                    unavailable_reason=reason)
-            for script, (run_first, reason) in zip(scripts, answers)]
+            for script, (run_first, reason) in zip(scripts, answers, strict=True)]
 
 
 def _ask_run_first(python: str, script: Path) -> tuple[Side | None, str | None]:
@@ -256,7 +257,7 @@ def _ask_run_first(python: str, script: Path) -> tuple[Side | None, str | None]:
         return None, f"cannot run {python}: {error.strerror or error}"
     answer = out.stdout.strip()
     if out.returncode == 0 and answer in SIDES:
-        return answer, None  # type: ignore[return-value]
+        return answer, None
     detail = _last_line(out.stderr) or f"printed {answer!r}"
     return None, f"`{script.name} run_first` failed ({detail}); run Pantheon's setup for it"
 

@@ -1,10 +1,10 @@
-"""Scripted runs exactly like Pantheon's `test.py` (spec §2.3), over our engine.
+"""Scripted runs exactly like Pantheon's `src/experiments/test.py`, over our engine.
 
 One run = one scheme, one run id, one fresh engine instance.  Per flow the first side starts at
 once on its own port; after `FIRST_SIDE_SETUP_S` (Pantheon's `run_first_setup_time`) the second
 sides start `interval` apart; everything stops `runtime` after the first second side (so flows
 of `-t 30 -f 3 --interval 10` are active ~30/20/10 s).  The run leaves Pantheon's files in the
-data dir (§3.1): merged datalink/acklink logs, raw mm-link logs, the stats log; an experiment adds
+data dir: merged datalink/acklink logs, raw mm-link logs, the stats log; an experiment adds
 `pantheon_metadata.json` (written first, as test.py does) and `pantheon_perf.json` (valid runs).
 
 `run_scheme` is the unit a calibration's Ray task calls: a plain function of values, no
@@ -25,12 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from calibrate import engine
+from calibrate import engine, installed_version
 from calibrate.emulator import EmulatorConfig
 from calibrate.engine import Endpoint, Logs
 from calibrate.errors import EnvironmentProblem, InputError
-from calibrate.metrics import (RunStats, Validity, analyze_datalink_log, check_run,
-                               write_perf_json, write_stats_log)
+from calibrate.metrics import RunStats, Validity, analyze_datalink_log, check_run, write_perf_json, write_stats_log
 from calibrate.schemes import Scheme
 from calibrate.targets.model import Workload
 
@@ -87,7 +86,7 @@ def flow_endpoints(scheme: Scheme, workload: Workload) -> list[Endpoint]:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Pantheon's per-run files (§3.1), plus the engine's summary (counters, exits)."""
+    """Pantheon's per-run files in a data dir, plus the engine's summary (counters, exits)."""
 
     datalink: Path
     acklink: Path
@@ -97,7 +96,7 @@ class RunPaths:
     engine_summary: Path
 
     @classmethod
-    def of(cls, data_dir: Path, cc: str, run_id: int) -> "RunPaths":
+    def of(cls, data_dir: Path, cc: str, run_id: int) -> RunPaths:
         d = Path(data_dir)
         return cls(d / f"{cc}_datalink_run{run_id}.log", d / f"{cc}_acklink_run{run_id}.log",
                    d / f"{cc}_mm_datalink_run{run_id}.log", d / f"{cc}_mm_acklink_run{run_id}.log",
@@ -168,7 +167,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     with tempfile.TemporaryDirectory(prefix=f"calibrate-{cc}-run{run_id}-") as workdir:
         up, down = run.trace_paths(Path(workdir))
         config = replace(run, uplink_trace=up, downlink_trace=down)
-        launched = dt.datetime.now(dt.timezone.utc)
+        launched = dt.datetime.now(dt.UTC)
         result = engine.run(config, flow_endpoints(scheme, workload), workdir=Path(workdir),
                             stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
                             backend=backend)
@@ -182,7 +181,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
 
     summary = result.summary
     init_ms = summary.get("init_timestamp_ms")
-    origin = dt.datetime.fromtimestamp(init_ms / 1000, dt.timezone.utc) if init_ms else launched
+    origin = dt.datetime.fromtimestamp(init_ms / 1000, dt.UTC) if init_ms else launched
     start_at = origin + dt.timedelta(seconds=FIRST_SIDE_SETUP_S)
     end_at = origin + dt.timedelta(seconds=summary.get("duration_s", stop_after_s(workload)))
     stop_reason = summary.get("stop_reason")
@@ -255,7 +254,7 @@ def metadata(experiment: Experiment) -> dict[str, object]:
     and what makes the experiment reproducible here (emulator, engine, seeds, schemes)."""
     e, w = experiment, experiment.workload
     pantheon = e.emulator.pantheon_args()
-    options = dict(zip(pantheon[::2], pantheon[1::2]))
+    options = dict(zip(pantheon[::2], pantheon[1::2], strict=True))  # flag, value pairs
     data: dict[str, object] = {
         "cc_schemes": sorted(label for label, _ in e.schemes),
         "flows": w.flows,
@@ -267,7 +266,7 @@ def metadata(experiment: Experiment) -> dict[str, object]:
         "mode": "local",
         "uplink_trace": Path(options["--uplink-trace"]).name,
         "downlink_trace": Path(options["--downlink-trace"]).name,
-        "git_summary": f"calibrate {_version()} (emulated by {e.backend.describe()})",
+        "git_summary": f"calibrate {installed_version() or 'unknown'} (emulated by {e.backend.describe()})",
         # What Pantheon does not record, and a rerun needs:
         "emulator": e.emulator.mahimahi_command(),
         "emulator_description": e.emulator.describe(),
@@ -292,15 +291,6 @@ def metadata(experiment: Experiment) -> dict[str, object]:
         if path is not None:
             data[direction] = str(Path(path).resolve())
     return data
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("calibrate")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def prepare_data_dir(data_dir: Path | str) -> Path:
@@ -354,7 +344,7 @@ def run_experiment(experiment: Experiment, progress: Progress | None = None) -> 
 
 
 def write_perf(data_dir: Path, outcomes: Sequence[RunOutcome], labels: Sequence[str]) -> None:
-    """pantheon_perf.json: valid runs only, as plot.py writes it (§4.3)."""
+    """pantheon_perf.json: valid runs only, as plot.py writes it."""
     runs: dict[str, dict[int, RunStats | None]] = {label: {} for label in labels}
     for o in outcomes:
         runs[o.cc][o.run_id] = o.stats if o.valid else None

@@ -1,9 +1,9 @@
 """The search space x = <rate, delay, queue, loss> and its unit cube.
 
-The paper (spec/pantheon.md §5.1) searches four numbers per link kind: the bottleneck link rate,
-the one-way propagation delay, the DropTail threshold of the sender's queue and the i.i.d. uplink
-loss rate.  Constant and Poisson deliveries are two separate searches over this same space, so the
-link kind is not a dimension here.
+The Pantheon paper (USENIX ATC 2018, §5) searches four numbers per link kind: the bottleneck link
+rate, the one-way propagation delay, the DropTail threshold of the sender's queue and the i.i.d.
+uplink loss rate.  Constant and Poisson deliveries are two separate searches over this same space,
+so the link kind is not a dimension here.
 
 The optimizers only ever see the unit cube [0, 1]^d of the *free* parameters; this module owns the
 map between that cube and emulator parameters:
@@ -47,7 +47,8 @@ Scale = Literal["linear", "log", "log1p"]
 #: All parameters in canonical order (the order of `SearchSpace.decode`'s columns).
 PARAMETERS: tuple[str, ...] = ("rate", "delay", "queue", "loss")
 
-#: Loss knee of the 2017 harness's map x = k·(10^(c·u) − 1) (spec/pantheon.md §5.1).
+#: Loss knee of the 2017 harness's map x = k·(10^(c·u) − 1) (Pantheon's calibration harness,
+#: `proxy_master.py` in StanfordLPNG/replication_with_emulation).
 LOSS_KNEE = 1e-4
 
 #: Bits per packet: Pantheon's tunnels and Mahimahi's trace opportunities are MTU-sized (1500 B).
@@ -316,7 +317,7 @@ class SearchSpace:
     def to_values(self, u: ArrayLike) -> dict[str, float]:
         """One unit-cube point (dim,) -> {name: value} for all four parameters."""
         row = self.decode(np.asarray(u, dtype=float).reshape(1, -1))[0]
-        return {n: (int(x) if _SPEC[n][2] else float(x)) for n, x in zip(PARAMETERS, row)}
+        return {n: (int(x) if _SPEC[n][2] else float(x)) for n, x in zip(PARAMETERS, row, strict=True)}
 
     def from_values(self, values: Mapping[str, float], *, clip: bool = False) -> np.ndarray:
         """{name: value} -> one unit-cube point (dim,). Fixed parameters may be omitted."""
@@ -376,7 +377,7 @@ class BoundsRule:
     #: ... as long as the path's loss stays below this (Linux BBR v1's tolerance)
     busy_loss_max: float = 0.2
     #: Mbit/s: the rate's top without evidence of a busy link (Mahimahi itself cannot keep up
-    #: past ~650 Mbit/s, spec/pantheon.md §8.5)
+    #: past ~650 Mbit/s: StanfordSNR/pantheon issue #72)
     rate_top: float = 500.0
     #: relative: a logged capacity's own uncertainty (whole-ms rounding, the log's ends)
     capacity_slack: float = 0.01
@@ -403,7 +404,7 @@ def _check_stats(stats: Mapping[str, SchemeStats | SchemeMeasurement]) -> dict[s
             m = s
         else:
             try:
-                tput, delay, loss = (float(v) for v in s)  # type: ignore[union-attr]
+                tput, delay, loss = (float(v) for v in s)
             except (TypeError, ValueError):
                 raise InputError(f"statistics of {scheme} must be (throughput Mbit/s, p95 delay "
                                  f"ms, loss fraction), got {s!r}") from None

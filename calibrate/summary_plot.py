@@ -1,4 +1,4 @@
-"""Pantheon's throughput–delay summary plot of a target (pantheon_summary, spec §4.2).
+"""Pantheon's throughput–delay summary plot of a target (plot.py's pantheon_summary).
 
 One point per scheme at (mean p95 one-way delay, mean throughput), with its valid runs as small
 dots and a 1-σ ellipse: the covariance ellipse of the runs when there are runs, an axis-aligned
@@ -16,7 +16,7 @@ import numpy as np
 from calibrate.metrics import TOTAL
 from calibrate.targets.model import SchemeResult, Target
 
-# Pantheon's src/config.yml colours and markers (spec §1.3), by canonical name.
+# Pantheon's src/config.yml colours and markers, by canonical name.
 SCHEME_STYLE: dict[str, tuple[str, str]] = {
     "cubic": ("black", "*"), "vegas": ("silver", "h"), "bbr": ("gold", "^"),
     "ledbat": ("green", "<"), "pcc": ("cyan", ">"), "verus": ("skyblue", "H"),
@@ -91,12 +91,12 @@ def plot_target(target: Target, out: Path | str, *, flow: str = TOTAL) -> Path:
         if summary.delay_ms.mean is None or summary.tput_mbps.mean is None:
             continue
         color, marker = scheme_style(scheme.scheme, index)
-        runs = [r.flows[flow] for r in scheme.runs
-                if flow in r.flows and r.flows[flow].delay_ms is not None]
+        runs = [(m.delay_ms, m.tput_mbps) for m in (r.flows[flow] for r in scheme.runs if flow in r.flows)
+                if m.delay_ms is not None]
         if runs:
-            ax.scatter([m.delay_ms for m in runs], [m.tput_mbps for m in runs], s=10, color=color,
+            ax.scatter([d for d, _ in runs], [t for _, t in runs], s=10, color=color,
                        alpha=0.45, linewidths=0)
-            delays += [m.delay_ms for m in runs]
+            delays += [d for d, _ in runs]
         ellipse = sigma_ellipse(scheme, flow)
         if ellipse is not None:
             ellipse[:, 0] = np.clip(ellipse[:, 0], 1e-3, None)  # stays drawable on a log axis

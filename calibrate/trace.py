@@ -4,10 +4,11 @@ A trace line is one opportunity of one 1500-byte IP packet (1504 bytes with the 
 at an integer millisecond; the schedule repeats with period = the last value.
 
 * Constant rate: Pantheon's traces, exactly: ``N = round(R * 5000)`` opportunities at
-  ``linspace(0, 60000, N, endpoint=False)`` truncated to integers (spec §5.3).
+  ``linspace(0, 60000, N, endpoint=False)`` truncated to integers (this reproduces the constant
+  traces of StanfordSNR/pantheon-traces, e.g. 77.72mbps.trace, byte for byte).
 * Poisson deliveries: cumulative sums of exponential gaps rounded to whole milliseconds, with
   mean ``12 / R`` ms, seeded, until the sum reaches 60 000 ms (the method of
-  ``train_and_gen_poisson_trace.py``, spec §5.3).
+  ``train_and_gen_poisson_trace.py`` in StanfordLPNG/replication_with_emulation).
 
 Validation of trace files (Mahimahi's rules) lives in one place, the engine, which reads them:
 ``describe()`` asks it.
@@ -50,7 +51,7 @@ def constant(rate_mbps: float) -> np.ndarray:
 def poisson(rate_mbps: float, seed: int) -> np.ndarray:
     """A Poisson-delivery trace delivering ``rate_mbps`` on average.
 
-    Pantheon's method (spec/pantheon.md §5.3): a running sum of exponential gaps rounded to whole
+    Pantheon's method (above): a running sum of exponential gaps rounded to whole
     ms.  Rounding makes such a trace deliver more than the rate its gaps were drawn for
     (`poisson_effective_rate`: +0.26 % at 3 Mbit/s, +28 % at 30, ×7.7 at 100, and past
     ~150 Mbit/s nearly every gap is 0 and the sum never reaches a minute), so the gaps are drawn

@@ -35,8 +35,8 @@ deliveries.  Replicate noise is seeded per (seed, stream, evaluation, replicate)
 of every optimizer sees the same noise (common random numbers).  The target is the model at x*
 averaged over 10 replicates; the space and the warm start come from the target's statistics
 (`space_from_target`, `warm_start`, the default Pantheon hints: saturator and cubic saturate,
-vegas and copa are delay-based, the saturator probes the rate), the initial design size from `RunConfig.initial_design`, the
-warm start is passed as the loop passes it.  Each optimizer is driven through ask/tell
+vegas and copa are delay-based, the saturator probes the rate), the initial design size from
+`RunConfig.initial_design`, the warm start is passed as the loop passes it.  Each optimizer is driven through ask/tell
 directly, in synchronous batches of ``--batch`` points (the slots of the host), each scored with
 ``--replicates`` noisy replicates, and told f and its delta-method noise as the loop tells
 them.  The targets have constant deliveries, and one link kind is searched (the goal's "per link
@@ -131,7 +131,10 @@ EMULATOR_RANGES = Ranges(rate=(2.0, 16.0), delay=(10, 60))
 def draw_hidden(seed: int, ranges: Ranges) -> dict[str, float]:
     """The seed's hidden emulator x*."""
     rng = np.random.default_rng([seed, 99])
-    log_uniform = lambda lo, hi: float(math.exp(rng.uniform(math.log(lo), math.log(hi))))  # noqa: E731
+
+    def log_uniform(lo: float, hi: float) -> float:
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
     rate = log_uniform(*ranges.rate)
     delay = int(rng.integers(ranges.delay[0], ranges.delay[1] + 1))
     queue = max(ranges.min_queue, round(bdp_packets(rate, delay) * log_uniform(*ranges.queue_bdp)))
@@ -151,7 +154,7 @@ class ModelProblem:
     config: RunConfig
 
     @classmethod
-    def of(cls, seed: int, config: RunConfig) -> "ModelProblem":
+    def of(cls, seed: int, config: RunConfig) -> ModelProblem:
         hidden = draw_hidden(seed, MODEL_RANGES)
         runs = model_replicates(hidden, seed, TARGET_STREAM, 0, TARGET_REPLICATES,
                                 schemes=MODEL_SCHEMES)
@@ -165,7 +168,7 @@ class ModelProblem:
     def evaluate(self, x: Mapping[str, float], stream: int, index: int, replicates: int) -> tuple[float, float]:
         """(f, its noise) of emulator x, as the loop scores and tells it."""
         emulated = model_replicates(x, self.seed, stream, index, replicates, schemes=MODEL_SCHEMES)
-        error = replication_error(self.real, emulated,
+        error = replication_error(self.real, emulated,  # RunConfig checks aggregate: "mean" or "median"
                                   aggregate=self.config.aggregate,  # type: ignore[arg-type]
                                   include_loss=self.config.include_loss)
         return error.f, (error.noise if math.isfinite(error.noise) else math.nan)
@@ -495,11 +498,14 @@ def print_tables(rows: list[dict], optimizers: list[str], budget: int) -> None:
                         f"{np.median([r['wall_s_total'] for r in mine]):.1f}")
     console.print(summary)
     by = {(r["seed"], r["optimizer"]): r for r in rows}
+
+    def reach(r: dict) -> float:
+        return math.inf if r["evals_to_reach"] is None else r["evals_to_reach"]
+
     if "random" in optimizers:
         for name in (o for o in optimizers if o != "random"):
             pairs = [(by[s, name], by[s, "random"]) for s in seeds]
             lower = sum(a["final_f"] < b["final_f"] for a, b in pairs)
-            reach = lambda r: math.inf if r["evals_to_reach"] is None else r["evals_to_reach"]  # noqa: E731
             faster = sum(reach(a) < reach(b) for a, b in pairs)
             ratio = float(np.exp(np.mean([math.log(a["final_f"] / b["final_f"]) for a, b in pairs])))
             console.print(f"{name} vs random: lower final f on {lower} of {len(pairs)} seeds (geometric "
@@ -519,7 +525,8 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 def convergence_rows(traces: list[Trace]) -> list[dict]:
     return [{"seed": t.seed, "optimizer": t.optimizer, "evaluation": i + 1, "f": f, "best_so_far": b,
              "elapsed_s": e}
-            for t in traces for i, (f, b, e) in enumerate(zip(t.f, np.minimum.accumulate(t.f), t.elapsed_s))]
+            for t in traces
+            for i, (f, b, e) in enumerate(zip(t.f, np.minimum.accumulate(t.f), t.elapsed_s, strict=True))]
 
 
 def plot(traces: list[Trace], optimizers: list[str], budget: int, floor: float | None, path: Path,
@@ -564,10 +571,12 @@ def main() -> int:
     parser.add_argument("--evaluator", choices=("model", "emulator", "mahimahi-targets"), default="model",
                         help="synthetic fluid model (fast), real emulations of synthetic targets, or the "
                              "targets made by real Mahimahi (root; slow) (default: %(default)s)")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds, each its own hidden emulator (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, default=5,
+                        help="seeds, each its own hidden emulator (default: %(default)s)")
     parser.add_argument("--budget", type=int, default=40, help="evaluations per search (default: %(default)s)")
     parser.add_argument("--optimizers", default="gpytorch,skopt,random", help="comma-separated (default: %(default)s)")
-    parser.add_argument("--replicates", type=int, default=3, help="runs of each scheme per evaluation (default: %(default)s)")
+    parser.add_argument("--replicates", type=int, default=3,
+                        help="runs of each scheme per evaluation (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=2,
                         help="model: points per ask, i.e. evaluations at once (default: %(default)s, the slots of "
                              "this 2-core host); emulator: the loop keeps Ray's --slots busy instead")
@@ -577,7 +586,8 @@ def main() -> int:
     emu = parser.add_argument_group("emulator evaluator")
     emu.add_argument("--schemes", default="cubic,udp-vegas,udp-saturator", help="schemes (default: %(default)s)")
     emu.add_argument("--runtime", type=float, default=5.0, help="seconds per run (default: %(default)s)")
-    emu.add_argument("--target-runs", type=int, default=3, help="runs of each scheme in the target (default: %(default)s)")
+    emu.add_argument("--target-runs", type=int, default=3,
+                     help="runs of each scheme in the target (default: %(default)s)")
     emu.add_argument("--slots", type=int, help="embedded Ray: engines at once (default: 4 per core)")
     emu.add_argument("--address", help="join this Ray cluster instead of starting one")
     emu.add_argument("--targets", default="M1,M2,M3", help="mahimahi-targets: which (default: %(default)s)")

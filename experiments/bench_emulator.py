@@ -2,7 +2,8 @@
 
 1. Capacity of one instance: the highest constant rate at which a saturating sender still gets
    >= 99 % of the trace capacity with correct delays (p95 one-way delay within 2 ms of what the
-   link, queue and propagation delay allow), in steady state (from 2 s in). Mahimahi is reported to break down near 650 Mbit/s.
+   link, queue and propagation delay allow), in steady state (from 2 s in). Mahimahi is reported to
+   break down near 650 Mbit/s.
 2. The engine's own CPU share of one core (its process only, not the endpoints) at 12, 48 and
    96 Mbit/s with all four logs on. Mahimahi measured 17.9 % at 96 Mbit/s on this kind of host.
 3. Instances at once: how many 12 Mbit/s paths, each carrying a cubic flow, run side by side
@@ -62,13 +63,16 @@ class Run:
     engine_cpu_share: float | None
 
 
-def one_run(rate: float, scheme: str, seconds: float, workdir: Path, queue_ms: float = 10, measure_cpu: bool = False) -> Run:
+def one_run(rate: float, scheme: str, seconds: float, workdir: Path, queue_ms: float = 10,
+            measure_cpu: bool = False) -> Run:
     """A saturating flow over a constant-rate path; delay checked against link + queue + propagation."""
     packets = max(20, int(rate * queue_ms / 12))  # queue_ms of buffering at this rate
     config = EmulatorConfig(rate_mbps=rate, delay_ms=DELAY_MS, queue=Queue.droptail(packets))
-    logs = Logs(datalink=workdir / "d.log", acklink=workdir / "a.log", uplink=workdir / "u.log", downlink=workdir / "w.log")
+    logs = Logs(datalink=workdir / "d.log", acklink=workdir / "a.log", uplink=workdir / "u.log",
+                downlink=workdir / "w.log")
     args = engine.command(config, scheme_endpoints(scheme), workdir=workdir, stop_after=seconds, logs=logs)
-    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
     share = None
     if measure_cpu:
         time.sleep(2.0)  # past start-up
@@ -122,7 +126,8 @@ def instances(counts: list[int], seconds: float) -> list[dict]:
                 solo = results[0]
             tput_dev = max(abs(r.tput_mbps - solo.tput_mbps) / solo.tput_mbps for r in results)
             delay_dev = max(abs(r.delay_ms - solo.delay_ms) / solo.delay_ms for r in results)
-            rows.append({"instances": n, "per_core": n / os.cpu_count(), "min_tput_mbps": min(r.tput_mbps for r in results),
+            rows.append({"instances": n, "per_core": n / os.cpu_count(),
+                         "min_tput_mbps": min(r.tput_mbps for r in results),
                          "max_tput_dev": tput_dev, "max_p95_dev": delay_dev, "ok": max(tput_dev, delay_dev) <= 0.02})
     return rows
 
@@ -154,7 +159,8 @@ def plot(capacity_runs: list[Run], cpu_runs: list[Run], instance_rows: list[dict
     ax.set(xlabel="trace rate (Mbit/s)", ylabel="engine CPU (% of one core)", title="engine CPU, all logs on")
     ax.legend()
     ax = axes[2]
-    ax.plot([r["instances"] for r in instance_rows], [100 * max(r["max_tput_dev"], r["max_p95_dev"]) for r in instance_rows], "o-")
+    ax.plot([r["instances"] for r in instance_rows],
+            [100 * max(r["max_tput_dev"], r["max_p95_dev"]) for r in instance_rows], "o-")
     ax.axhline(2, color="gray", ls="--", lw=1)
     ax.set(xlabel="12 Mbit/s instances at once", ylabel="worst deviation from solo (%)", title="instances side by side")
     fig.tight_layout()
@@ -199,11 +205,12 @@ def main() -> int:
     counts = [1, 8, 16] if args.quick else [1, 8, 16, 32, 48, 64]
     inst = instances(counts, seconds)
     table = Table(title=f"3. 12 Mbit/s instances at once, each with a cubic flow ({os.cpu_count()} cores)")
-    for column in ("instances", "per core", "min tput (Mbit/s)", "max tput deviation", "max p95 deviation", "within 2 %"):
+    for column in ("instances", "per core", "min tput (Mbit/s)", "max tput deviation", "max p95 deviation",
+                   "within 2 %"):
         table.add_column(column, justify="right")
     for r in inst:
-        table.add_row(str(r["instances"]), f"{r['per_core']:g}", f"{r['min_tput_mbps']:.2f}", f"{100 * r['max_tput_dev']:.2f} %",
-                      f"{100 * r['max_p95_dev']:.2f} %", "yes" if r["ok"] else "NO")
+        table.add_row(str(r["instances"]), f"{r['per_core']:g}", f"{r['min_tput_mbps']:.2f}",
+                      f"{100 * r['max_tput_dev']:.2f} %", f"{100 * r['max_p95_dev']:.2f} %", "yes" if r["ok"] else "NO")
     console.print(table)
     best = max((r["instances"] for r in inst if r["ok"]), default=0)
     console.print(f"most instances within 2 % of solo: {best} ({best / os.cpu_count():g} per core)")

@@ -69,6 +69,7 @@ class Row:
         return f"{self.rate:g}/{self.delay}/{self.queue}/{self.loss * 100:g}%{kind}"
 
     def emulator(self, seed: int) -> EmulatorConfig:
+        # link is "constant" or "poisson" (MATRIX's rows); EmulatorConfig checks it again
         return EmulatorConfig(rate_mbps=self.rate, delay_ms=self.delay, queue=Queue.droptail(self.queue),
                               uplink_loss=self.loss, link=self.link, trace_seed=seed)  # type: ignore[arg-type]
 
@@ -173,7 +174,8 @@ def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
                         elapsed = time.monotonic() - started
                         shown = (f"p95 {m['p95']:.1f} ms, {m['tput']:.2f} Mbit/s" if m["valid"]
                                  else f"invalid: {m['reason']}")
-                        print(f"[{done}/{total} {elapsed / 60:.0f} min, ETA {elapsed / done * (total - done) / 60:.0f} min] "
+                        eta_min = elapsed / done * (total - done) / 60
+                        print(f"[{done}/{total} {elapsed / 60:.0f} min, ETA {eta_min:.0f} min] "
                               f"{row.name} {scheme} {system} #{replicate}: {shown}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -214,7 +216,7 @@ def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, rep
                      Endpoint("sender", f"iperf3 -c $EMU_PEER -p 5201 -C {cc} -t 10 > /dev/null", start_s=1.0)]
         engine.run(emulator, endpoints, workdir=Path(work), stop_after=13, logs=Logs(uplink=log),
                    backend=backend, check=False)
-        lines = [l.split() for l in log.read_text().splitlines() if not l.startswith("#")]
+        lines = [line.split() for line in log.read_text().splitlines() if not line.startswith("#")]
     dep = np.array([(int(w[0]), int(w[2]), int(w[3])) for w in lines if len(w) == 4 and w[1] == "-"])
     t, size, d = dep[:, 0], dep[:, 1], dep[:, 2]
     tput = (size - 4).sum() * 8 / ((t[-1] - t[0]) / 1000) / 1e6
@@ -235,7 +237,8 @@ def run_reference(args: argparse.Namespace) -> pd.DataFrame:
         mean = np.array([x["mean"] for x in runs])
         tput = np.array([x["tput"] for x in runs])
         out.append({"setting": f"{r.rate:g}/{r.delay}/{r.queue}/{r.loss * 100:g}%", "cc": r.cc,
-                    "mm tput": r.mm_tput, "eng tput": tput.mean(), "Δtput %": 100 * (tput.mean() - r.mm_tput) / r.mm_tput,
+                    "mm tput": r.mm_tput, "eng tput": tput.mean(),
+                    "Δtput %": 100 * (tput.mean() - r.mm_tput) / r.mm_tput,
                     "mm mean": r.mm_mean, "eng mean": mean.mean(), "mm p95": r.mm_p95, "eng p95": p95.mean(),
                     "eng p95 min-max": f"{p95.min():.0f}-{p95.max():.0f}", "Δp95": p95.mean() - r.mm_p95})
         print(f"[{i + 1}/{len(table)}] {out[-1]['setting']} {r.cc}: engine p95 {p95.mean():.1f} vs "
@@ -249,7 +252,7 @@ def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{s} {c}" for s, c in zip(summary["setting"], summary["scheme"])]
+    labels = [f"{s} {c}" for s, c in zip(summary["setting"], summary["scheme"], strict=True)]
     y = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) + 1.5))
     ax.errorbar(summary["mm p95"], y, xerr=summary["mm sd p95"], fmt="o", label="real Mahimahi (± run-to-run sd)")
@@ -269,7 +272,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mahimahi-user", metavar="NAME", help="unprivileged account Mahimahi's shells run as")
     parser.add_argument("--reference", action="store_true",
-                        help="compare with the reference table instead of running Mahimahi (the default without mm-link)")
+                        help="compare with the reference table instead of running Mahimahi "
+                             "(the default without mm-link)")
     parser.add_argument("--rows", metavar="A,B", help="settings to run, by name prefix, e.g. 12/20/100/0%%,3/80")
     parser.add_argument("--schemes", metavar="A,B", help="schemes to run (default: each row's)")
     parser.add_argument("--runtime", type=float, default=20.0, help="seconds per run (default: %(default)s)")
@@ -289,6 +293,12 @@ def main() -> int:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
+    if args.report:
+        runs = pd.concat([pd.read_csv(p) for p in str(args.report).split(",")], ignore_index=True)
+        args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
+        args.replicates = int(runs["replicate"].max())
+        report(runs, args, stamp)
+        return 0
     if args.reference or shutil.which("mm-link") is None:
         if not args.reference:
             print("mm-link is not on PATH: comparing with the reference table instead", file=sys.stderr)
@@ -299,12 +309,6 @@ def main() -> int:
     if not args.mahimahi_user:
         parser.error("--mahimahi-user NAME is needed to run Mahimahi's shells (they refuse root)")
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    if args.report:
-        runs = pd.concat([pd.read_csv(p) for p in str(args.report).split(",")], ignore_index=True)
-        args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
-        args.replicates = int(runs["replicate"].max())
-        report(runs, args, stamp)
-        return 0
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown or "mahimahi" not in args.systems:
         parser.error(f"--systems: choose mahimahi and one or more of engine, ideal (got {args.systems})")

@@ -49,7 +49,7 @@ def datalink_log_text(*, seed: int, runtime_ms: float = 2000.0, gap_ms: float = 
         sizes = rng.choice([1500, 1500, 1500, 700], size=sends.size)
         delays = delay_ms + rng.exponential(5.0, size=sends.size)
         fcol = f" {flow}" if with_flow_column else ""
-        for i, (t, size, d) in enumerate(zip(sends, sizes, delays)):
+        for i, (t, size, d) in enumerate(zip(sends, sizes, delays, strict=True)):
             t = float(np.floor(t)) if integer_ms else float(t)
             d = float(np.round(d)) if integer_ms else float(d)
             fmt = "{:.0f}" if integer_ms else "{:.3f}"
@@ -170,7 +170,7 @@ def add_tar_member(tar: tarfile.TarFile, name: str, data: bytes = b"x", **attrs)
 
 def mm_link_log_text(*, opportunities: np.ndarray, arrivals: np.ndarray, queue: int,
                      init: int = 1_795_443_106_312) -> tuple[str, dict]:
-    """A Mahimahi uplink log (spec/mahimahi.md §1.5) of MTU packets arriving at `arrivals` (whole
+    """A Mahimahi uplink log (mm-link's `--uplink-log`) of MTU packets arriving at `arrivals` (whole
     ms) at a DropTail queue of `queue` packets served at `opportunities` (whole ms), simulated
     with Mahimahi's order: opportunities up to now are served before a packet that arrives now
     is enqueued.  Returns the text and what was simulated: drops, departure delays (ms)."""

@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.fluid import DELAY_BASED, LOSS_BASED, SCHEMES, model_replicates
-from calibrate.space import (PARAMETERS, BoundsRule, SchemeMeasurement, SearchSpace,
-                             bounds_from_target, warm_start)
+from calibrate.space import PARAMETERS, BoundsRule, SchemeMeasurement, SearchSpace, bounds_from_target, warm_start
 
 RUNTIME_S = 30.0
 GROUPS: dict[str, tuple[str, ...]] = {
@@ -47,6 +46,7 @@ def hidden_targets(draw: st.DrawFn) -> tuple[dict[str, float], str, tuple[str, .
 def measured(hidden: dict[str, float], link: str, schemes: tuple[str, ...], runs: int,
              seed: int) -> dict[str, SchemeMeasurement]:
     """A target's per-scheme statistics as a Target holds them: mean and ddof-0 std over runs."""
+    # link is drawn from "constant" and "poisson" (the strategy above), as a plain str
     replicates = model_replicates(hidden, seed, 0, 0, runs, link=link,  # type: ignore[arg-type]
                                   runtime_s=RUNTIME_S, schemes=schemes)
     out = {}

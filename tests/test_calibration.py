@@ -23,7 +23,6 @@ import pytest
 from calibrate.evaluation import Evaluator, RaySettings
 from calibrate.runs.journal import JOURNAL, RESULT, RunDir
 from calibrate.runs.loop import Calibration
-from calibrate.targets.load import load_target
 
 pytestmark = pytest.mark.needs_root
 

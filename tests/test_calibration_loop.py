@@ -17,14 +17,14 @@ import pytest
 
 pytest.importorskip("botorch")
 
-from calibrate import refinement  # noqa: E402
-from calibrate.evaluation import RunMetrics, RunTask  # noqa: E402
-from calibrate.export import export  # noqa: E402
-from calibrate.ranges import MEANING, Ranges  # noqa: E402
-from calibrate.runs.config import RunConfig  # noqa: E402
-from calibrate.runs.journal import JOURNAL, RESULT, RunDir  # noqa: E402
-from calibrate.runs.loop import REFINE_SHARE, Calibration, ProgressInfo  # noqa: E402
-from calibrate.targets.load import load_target  # noqa: E402
+from calibrate import refinement
+from calibrate.evaluation import RunMetrics, RunTask
+from calibrate.export import export
+from calibrate.ranges import MEANING, Ranges
+from calibrate.runs.config import RunConfig
+from calibrate.runs.journal import JOURNAL, RESULT, RunDir
+from calibrate.runs.loop import REFINE_SHARE, Calibration, ProgressInfo
+from calibrate.targets.load import load_target
 
 BUDGET = 10
 
@@ -153,8 +153,8 @@ def test_a_journal_from_before_phases_still_opens_and_exports(calibrated, tmp_pa
     (old / JOURNAL).write_text("".join(
         json.dumps({k: v for k, v in r.items() if k not in ("phase", "confident", "version")}) + "\n"
         for r in lines))
-    stale = {**result, "links": {l: {k: v for k, v in e.items() if not k.startswith("ranges")}
-                                 for l, e in result["links"].items()}}
+    stale = {**result, "links": {link: {k: v for k, v in e.items() if not k.startswith("ranges")}
+                                 for link, e in result["links"].items()}}
     (old / RESULT).write_text(json.dumps(stale))
     again = Calibration.open(old).result()["links"]["constant"]
     assert again["refined"] == 0 and again["params"] == result["links"]["constant"]["params"]

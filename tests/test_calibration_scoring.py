@@ -29,11 +29,11 @@ def test_two_flow_target_is_scored_per_flow(tmp_path):
     calibration = Calibration.start(tmp_path / "run", config, target)
     problem = calibration.problem
     assert problem.workload.flows == 2 and problem.flow_keys() == ["1", "2"]
-    assert set(problem.real) == {(l, f) for l in ("default_tcp", "vegas") for f in ("1", "2")}
+    assert set(problem.real) == {(label, f) for label in ("default_tcp", "vegas") for f in ("1", "2")}
 
     # Emulated: flow 1 exactly the target's, flow 2 with 10 % more throughput; both replicates.
     runs = []
-    for task in calibration.tasks(0, None):  # type: ignore[arg-type]
+    for task in calibration.tasks(0, None):  # type: ignore[arg-type]  # no emulator: the tasks are only read
         flows = {}
         for flow in ("1", "2"):
             r = _real(problem, task.label, flow)
@@ -53,7 +53,7 @@ def test_labels_of_one_scheme_share_its_runs_and_failures_are_penalized(tmp_path
     config = RunConfig(target="data", runtime_s=2.0, replicates=2, links=("constant",))
     calibration = Calibration.start(tmp_path / "run", config, target)
     problem = calibration.problem
-    tasks = calibration.tasks(0, None)  # type: ignore[arg-type]
+    tasks = calibration.tasks(0, None)  # type: ignore[arg-type]  # no emulator: the tasks are only read
     shared = next(t.label for t in tasks if t.label != "vegas")  # the first of the two labels
     assert shared in ("saturator", "greg_saturator")
     assert sorted((t.label, t.replicate) for t in tasks) == [
@@ -68,7 +68,7 @@ def test_labels_of_one_scheme_share_its_runs_and_failures_are_penalized(tmp_path
     assert rows["saturator"].replicates == rows["greg_saturator"].replicates == 2
     assert rows["vegas"].penalized and "sender quit early" in error.penalized["vegas"]
     # the penalty (200 % per term) enters f like any scheme's error
-    expected = [((abs(5.0 - problem.real[l].throughput) / problem.real[l].throughput
-                  + abs(50.0 - problem.real[l].delay) / problem.real[l].delay) / 2)
-                for l in ("saturator", "greg_saturator")] + [2.0]
+    expected = [((abs(5.0 - problem.real[label].throughput) / problem.real[label].throughput
+                  + abs(50.0 - problem.real[label].delay) / problem.real[label].delay) / 2)
+                for label in ("saturator", "greg_saturator")] + [2.0]
     assert error.f == pytest.approx(100 * sum(expected) / 3)

@@ -9,13 +9,16 @@ from hypothesis import strategies as st
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.errors import InputError
 
-# The calibrated and pathological emulators Pantheon ships (spec §5.2, §6).
+# The calibrated and pathological emulators Pantheon ships (StanfordSNR/observatory's experiments.yml).
 OBSERVATORY = [
-    ("mm-delay 28 mm-loss uplink 0.0477 mm-link 0.57mbps-poisson.trace 0.57mbps-poisson.trace --uplink-queue=droptail --uplink-queue-args=packets=14",
+    ("mm-delay 28 mm-loss uplink 0.0477 mm-link 0.57mbps-poisson.trace 0.57mbps-poisson.trace "
+     "--uplink-queue=droptail --uplink-queue-args=packets=14",
      EmulatorConfig(rate_mbps=0.57, delay_ms=28, uplink_loss=0.0477, queue=Queue.droptail(14), link="poisson")),
-    ("mm-delay 51 mm-loss uplink 0.0006 mm-link 77.72mbps.trace 77.72mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=94",
+    ("mm-delay 51 mm-loss uplink 0.0006 mm-link 77.72mbps.trace 77.72mbps.trace "
+     "--uplink-queue=droptail --uplink-queue-args=packets=94",
      EmulatorConfig(rate_mbps=77.72, delay_ms=51, uplink_loss=0.0006, queue=Queue.droptail(94))),
-    ("mm-delay 10 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=1 --downlink-queue=droptail --downlink-queue-args=packets=1",
+    ("mm-delay 10 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=1 "
+     "--downlink-queue=droptail --downlink-queue-args=packets=1",
      EmulatorConfig(rate_mbps=12, delay_ms=10, queue=Queue.droptail(1), downlink_queue=Queue.droptail(1))),
     ("mm-delay 30 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=bytes=9000",
      EmulatorConfig(rate_mbps=12, delay_ms=30, queue=Queue("droptail", bytes=9000))),
@@ -37,7 +40,8 @@ def test_pantheon_test_py_arguments():
         "--extra-mm-link-args", "--uplink-queue=droptail --uplink-queue-args=packets=14",
     ]
     assert config.mahimahi_command("up.trace", "down.trace") == (
-        "mm-delay 28 mm-loss uplink 0.0477 mm-link up.trace down.trace --uplink-queue=droptail --uplink-queue-args=packets=14"
+        "mm-delay 28 mm-loss uplink 0.0477 mm-link up.trace down.trace "
+        "--uplink-queue=droptail --uplink-queue-args=packets=14"
     )
 
 
@@ -75,7 +79,8 @@ configs = st.builds(
     EmulatorConfig,
     rate_mbps=st.sampled_from([0.12, 0.57, 1.5, 12, 100.42, 250]),
     delay_ms=st.integers(0, 400),
-    queue=st.one_of(st.just(Queue()), st.integers(1, 5000).map(Queue.droptail), st.integers(1500, 10**6).map(lambda b: Queue("droptail", bytes=b))),
+    queue=st.one_of(st.just(Queue()), st.integers(1, 5000).map(Queue.droptail),
+                    st.integers(1500, 10**6).map(lambda b: Queue("droptail", bytes=b))),
     uplink_loss=st.sampled_from([0.0, 0.0001, 0.0477, 0.1, 1.0]),
     downlink_loss=st.sampled_from([0.0, 0.004]),
     link=st.sampled_from(["constant", "poisson"]),

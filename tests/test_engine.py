@@ -55,7 +55,7 @@ def pings(tmp_path: Path, backend: Backend) -> tuple[dict[int, float], list[floa
 
 def test_ping_rtt_is_mahimahis(tmp_path):
     """Real Mahimahi (`mm-delay 20 mm-link` of a 12 Mbit/s trace) measured 42.6–43.1 ms on this
-    kind of host (spec), and 42.39–43.08 ms, mean 42.52, beside this engine: 2 × 20 ms, a link
+    kind of host, and 42.39–43.08 ms, mean 42.52, beside this engine: 2 × 20 ms, a link
     slot each way counted from the phase at which each shell's process last woke, and that
     process's timer lateness and hop — not the 42 − f of a single exact clock."""
     rtts, _ = pings(tmp_path, Backend())
@@ -145,7 +145,8 @@ def test_seeded_uplink_loss_is_accurate_and_reproducible(tmp_path):
 
 
 def test_logs_number_connections_and_follow_both_formats(tmp_path):
-    logs = Logs(datalink=tmp_path / "d.log", acklink=tmp_path / "a.log", uplink=tmp_path / "u.log", downlink=tmp_path / "w.log")
+    logs = Logs(datalink=tmp_path / "d.log", acklink=tmp_path / "a.log", uplink=tmp_path / "u.log",
+                downlink=tmp_path / "w.log")
     endpoints = [
         Endpoint("receiver", probe("tcp-sink", 5000)),
         Endpoint("sender", probe("tcp-source", "-", 5000, "reno")),
@@ -173,7 +174,8 @@ def test_logs_number_connections_and_follow_both_formats(tmp_path):
 def test_shell_mode_runs_the_command_in_the_sender_namespace(tmp_path):
     up, down = PATH_12.trace_paths(tmp_path)
     result = subprocess.run(
-        [str(binaries.find(binaries.LINK)), str(up), str(down), "--", "sh", "-c", "echo $EMU_SIDE $EMU_PEER $MAHIMAHI_BASE; ip -o -4 addr show emu0; exit 3"],
+        [str(binaries.find(binaries.LINK)), str(up), str(down), "--", "sh", "-c",
+         "echo $EMU_SIDE $EMU_PEER $MAHIMAHI_BASE; ip -o -4 addr show emu0; exit 3"],
         capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 3
@@ -233,7 +235,8 @@ def test_fifty_start_kill_cycles_leave_nothing_behind(tmp_path):
 
 
 def run_engine(args: list[str], prefix: list[str] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run(list(prefix) + [str(binaries.find(binaries.LINK))] + args, capture_output=True, text=True, timeout=30)
+    return subprocess.run(list(prefix) + [str(binaries.find(binaries.LINK))] + args, capture_output=True, text=True,
+                          timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -284,7 +287,8 @@ def test_not_root_is_refused(tmp_path):
     good = tmp_path / "good.trace"
     good.write_text("1\n")
     os.chmod(tmp_path, 0o755)
-    result = run_engine([str(good), str(good), "--sender", "true"], prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    result = run_engine([str(good), str(good), "--sender", "true"],
+                        prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
     assert result.returncode == 3
     assert "must run as root" in result.stderr
 

@@ -49,7 +49,7 @@ def _record(calibration: Calibration, index: int, link: str, params: dict, off: 
     error = replication_error(problem.real, emulated, aggregate="mean")
     seed = json.loads((calibration.run_dir / "run.json").read_text())["seeds"][link]
     emulator = emulator_of(params, link, seed)
-    now = dt.datetime.now(dt.timezone.utc).isoformat()
+    now = dt.datetime.now(dt.UTC).isoformat()
     return Evaluation.from_json(jsonable({
         "index": index, "link": link, "candidate": index,
         "x": [float(v) for v in problem.space.from_values(params, clip=True)],

@@ -1,4 +1,4 @@
-"""Pantheon's analysis math (spec §4.1–4.3) in calibrate.metrics."""
+"""Pantheon's analysis math (tunnel_graph.py, plot.py, pantheon_perf.json) in calibrate.metrics."""
 
 from __future__ import annotations
 
@@ -10,9 +10,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calibrate.errors import InputError
-from calibrate.metrics import (STD_DDOF, FlowMetrics, aggregate, analyze_datalink_log, check_run,
-                               parse_datalink_log, parse_stats_log, percentile_nearest,
-                               read_perf_json, run_stats, write_perf_json, write_stats_log)
+from calibrate.metrics import (
+    STD_DDOF,
+    FlowMetrics,
+    aggregate,
+    analyze_datalink_log,
+    check_run,
+    parse_datalink_log,
+    parse_stats_log,
+    percentile_nearest,
+    read_perf_json,
+    run_stats,
+    write_perf_json,
+    write_stats_log,
+)
 from pantheon_fixtures import WORKED_VECTOR_LOG, datalink_log_text
 
 

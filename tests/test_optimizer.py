@@ -6,12 +6,14 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("botorch")
 pytest.importorskip("skopt")
 
-from calibrate.errors import InputError  # noqa: E402
-from calibrate.optimizers import OPTIMIZERS, make_optimizer  # noqa: E402
+import torch
+
+from calibrate.errors import InputError
+from calibrate.optimizers import OPTIMIZERS, make_optimizer
 
 # Small settings: these tests run on a shared 2-core machine.
 FAST = {
@@ -151,9 +153,9 @@ def retold(fresh, opt):
     it (JSON, unknown noise as null): how `calibrate resume` rebuilds an optimizer."""
     x, y, noise = opt.history
     lines = json.loads(json.dumps([[list(map(float, xi)), float(yi), None if math.isnan(s) else float(s)]
-                                   for xi, yi, s in zip(x, y, noise)]))
+                                   for xi, yi, s in zip(x, y, noise, strict=True)]))
     if lines:
-        fresh.tell([l[0] for l in lines], [l[1] for l in lines], [l[2] for l in lines])
+        fresh.tell([line[0] for line in lines], [line[1] for line in lines], [line[2] for line in lines])
     return fresh
 
 
@@ -162,7 +164,7 @@ def test_an_optimizer_retold_its_history_resumes_identically(name):
     drive(opt)
     again = retold(make(name, warm_start=[np.full(3, 0.5)]), opt)  # what the journal rebuilds
     assert type(again) is type(opt)
-    for h, g in zip(opt.history, again.history):
+    for h, g in zip(opt.history, again.history, strict=True):
         assert np.allclose(h, g, equal_nan=True)
     assert np.allclose(opt.ask(2), again.ask(2))
 

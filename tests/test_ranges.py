@@ -8,13 +8,15 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("botorch")
 pytest.importorskip("skopt")
 
-from calibrate.optimizers import make_optimizer  # noqa: E402
-from calibrate.ranges import NOT_COMPUTED, Range, Ranges, ranges_of  # noqa: E402
-from calibrate.space import SearchSpace  # noqa: E402
+import torch
+
+from calibrate.optimizers import make_optimizer
+from calibrate.ranges import NOT_COMPUTED, Range, Ranges, ranges_of
+from calibrate.space import SearchSpace
 
 FAST = {"gpytorch": {"num_restarts": 2, "raw_samples": 64, "mc_samples": 32},
         "skopt": {"n_points": 500, "n_restarts": 2}, "random": {}}

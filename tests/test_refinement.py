@@ -8,12 +8,14 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("botorch")
 
-from calibrate import refinement  # noqa: E402
-from calibrate.optimizers import make_optimizer  # noqa: E402
-from calibrate.space import SearchSpace  # noqa: E402
+import torch
+
+from calibrate import refinement
+from calibrate.optimizers import make_optimizer
+from calibrate.space import SearchSpace
 
 FAST = {"num_restarts": 2, "raw_samples": 64, "mc_samples": 32}
 SPACE = SearchSpace.from_bounds({"rate": (2.0, 50.0), "delay": (0.0, 100.0), "queue": (4.0, 1000.0),

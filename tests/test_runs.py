@@ -14,16 +14,16 @@ import pytest
 
 pytest.importorskip("botorch")
 
-from calibrate.errors import InputError  # noqa: E402
-from calibrate.export import export  # noqa: E402
-from calibrate.runs import config as runs_config  # noqa: E402
-from calibrate.runs.config import RunConfig  # noqa: E402
-from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir  # noqa: E402
-from calibrate.runs.loop import Calibration  # noqa: E402
-from calibrate.schemes import Registry  # noqa: E402
-from calibrate.targets.load import load_target  # noqa: E402
-from pantheon_fixtures import ERAS, write_data_dir  # noqa: E402
-from test_calibration_loop import AnalyticEvaluator  # noqa: E402
+from calibrate.errors import InputError
+from calibrate.export import export
+from calibrate.runs import config as runs_config
+from calibrate.runs.config import RunConfig
+from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir
+from calibrate.runs.loop import Calibration
+from calibrate.schemes import Registry
+from calibrate.targets.load import load_target
+from pantheon_fixtures import ERAS, write_data_dir
+from test_calibration_loop import AnalyticEvaluator
 
 DATA = Path(__file__).parent / "data"
 V1 = DATA / "run-v1"
@@ -38,8 +38,8 @@ class LinkEvaluator(AnalyticEvaluator):
         ref = super().submit(task)
         if task.emulator.link == "poisson":
             m = self.done[ref]
-            self.done[ref] = replace(m, flows={k: (t * 0.92, d * 1.05, l)
-                                               for k, (t, d, l) in m.flows.items()})
+            self.done[ref] = replace(m, flows={k: (t * 0.92, d * 1.05, loss)
+                                               for k, (t, d, loss) in m.flows.items()})
         return ref
 
 
@@ -97,7 +97,7 @@ def test_a_format_1_run_resumes_to_the_same_evaluations(tmp_path):
     records = RunDir.open(run_dir).evaluations()
     assert [r.version for r in records] == [1] * 9 + [FORMAT_VERSION] * 5
     # what the old code's uninterrupted run evaluated after its 9th line, evaluated again
-    for record, expected in zip(records, EXPECTED["journal"]):
+    for record, expected in zip(records, EXPECTED["journal"], strict=True):
         assert (record.link, record.candidate, record.phase, record.params) == \
             (expected["link"], expected["candidate"], expected["phase"], expected["params"])
         assert record.f == pytest.approx(expected["f"], rel=1e-9)

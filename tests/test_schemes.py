@@ -105,7 +105,7 @@ def test_unknown_scheme_is_a_one_line_error_listing_the_available(tmp_path):
 ])
 def test_bad_arguments_give_one_line_errors(tmp_path, args, message):
     base = {"--emulator": PATH_12, "--schemes": "cubic", "--data-dir": str(tmp_path / "d")}
-    for key, value in zip(args[::2], args[1::2]):
+    for key, value in zip(args[::2], args[1::2], strict=True):
         base[key] = value
     result = cli("emulate", *[x for kv in base.items() for x in kv])
     assert result.returncode != 0

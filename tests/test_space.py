@@ -1,4 +1,5 @@
-"""The search space: unit-cube map, fixed parameters, bounds rule and warm start on Nepal and\nthe README numbers of shared/data/mahimahi-targets (the property test is test_bounds_property.py)."""
+"""The search space: unit-cube map, fixed parameters, bounds rule and warm start on Nepal and
+the README numbers of shared/data/mahimahi-targets (the property test is test_bounds_property.py)."""
 
 import math
 
@@ -63,7 +64,10 @@ def test_bounds_rule_on_nepal():
     # The rule changed from a neighbourhood of the warm start (rate x0.5-2, queue /4-x4, loss
     # 2 x the smallest loss with a 1 % floor) to physical bounds (bounds_from_target's docstring)
     b = bounds_from_target(NEPAL)  # bare triples: one run each, no scatter; runtime 30 s
-    packets = lambda tput: tput * 1e6 * 30 / 12000  # noqa: E731  (MTU packets in a 30 s run)
+
+    def packets(tput: float) -> float:  # MTU packets in a 30 s run
+        return tput * 1e6 * 30 / 12000
+
     # loss: the least lossy scheme's Wilson upper bound (5 standard errors) over its packets:
     # koho_cc's 0.60 % over 8.90 Mbit/s x 30 s (scream's 0.39 % is over only 0.75 Mbit/s)
     loss_hi = _wilson_upper(0.0060, packets(8.90))

@@ -99,7 +99,7 @@ def test_perf_json_preferred_per_run_with_fallback(tmp_path):
     folder = tmp_path / "d"
     valid = write_data_dir(folder, ERAS["2018"])
     perf = json.loads((folder / "pantheon_perf.json").read_text())
-    del perf["vegas"]["2"]  # e.g. Pantheon crashed on it (NumPy 2, spec §8)
+    del perf["vegas"]["2"]  # e.g. Pantheon crashed on it (tunnel_graph.py under NumPy 2)
     (folder / "pantheon_perf.json").write_text(json.dumps(perf))
     target = read_data_dir(folder)
     sources = {r.run: r.source for r in target.scheme("vegas").runs}

@@ -16,6 +16,7 @@ from calibrate.targets.model import Target
 from calibrate.targets.tables import read_summary_table
 from pantheon_fixtures import datalink_log_text
 
+# Pantheon's compare_two_experiments.py output verbatim: its table is wider than our lines.
 COMPARE_OUTPUT = """\
 Comparison of: 2017-01-03T21-30-Nepal-to-AWS-India-10-runs-logs and ../test/
 scheme         exp 1 runs   exp 2 runs   aggregate metric           mean 1   mean 2   % difference   std dev 1   std dev 2   % difference
@@ -28,7 +29,7 @@ default_tcp    10           1            95th percentile delay (ms) 57.70    60.
 default_tcp    10           1            loss rate (%)              0.51     nan      nan%           0.10        nan         nan%
 
 throughput score: 40.9%
-"""
+"""  # noqa: E501
 
 
 def test_compare_two_experiments_table(tmp_path):

@@ -9,7 +9,8 @@ from calibrate import trace
 from calibrate.errors import InputError
 
 
-@pytest.mark.parametrize("rate, lines", [(12, 60_000), (100.42, 502_100), (77.72, 388_600), (114.68, 573_400), (50, 250_000)])
+@pytest.mark.parametrize("rate, lines", [(12, 60_000), (100.42, 502_100), (77.72, 388_600), (114.68, 573_400),
+                                         (50, 250_000)])
 def test_constant_traces_are_pantheons(rate, lines):
     times = trace.constant(rate)
     assert len(times) == lines

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from calibrate import installed_version
 from calibrate.errors import CalibrateError
 
 COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate",
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="calibrate",
         description="Calibrate a network emulator to a real Internet path measured with Pantheon.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {installed_version() or 'unknown (not installed)'}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMANDS:

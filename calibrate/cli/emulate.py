@@ -1,4 +1,4 @@
-"""`calibrate emulate`: Pantheon-style scripted runs (test.py, spec §2.3) of schemes over an
+"""`calibrate emulate`: Pantheon-style scripted runs (as its test.py) of schemes over an
 emulator, written in Pantheon's data-dir layout, with a per-scheme table at the end."""
 
 from __future__ import annotations
@@ -10,18 +10,17 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from calibrate.cli.common import (add_backend_options, add_pantheon_options, backend_from,
-                                  registry_from)
+from calibrate.cli.common import add_backend_options, add_pantheon_options, backend_from, registry_from
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.metrics import TOTAL, Aggregate, aggregate
-from calibrate.scripted import (MAX_RUNTIME_S, Experiment, RunOutcome, check_workload, metadata,
-                                prepare_data_dir)
+from calibrate.scripted import MAX_RUNTIME_S, Experiment, RunOutcome, check_workload, metadata, prepare_data_dir
 from calibrate.targets.model import Workload
 
 # Files of Pantheon's layout that --overwrite may remove (and nothing else).
@@ -73,9 +72,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     """argparse prints the whole usage before its error; one line that says what to do is enough."""
-    def error(message: str) -> None:
+    def error(message: str) -> NoReturn:
         print(f"{parser.prog}: error: {message} (see {parser.prog} --help)", file=sys.stderr)
         sys.exit(2)
+    # argparse has no hook for its error line: replace the method on this one parser
     parser.error = error  # type: ignore[method-assign]
 
 
@@ -156,15 +156,15 @@ def summarize(outcomes: Sequence[RunOutcome], labels: Sequence[str]) -> dict[str
     out: dict[str, dict] = {}
     for label in labels:
         mine = [o for o in outcomes if o.cc == label]
-        valid = [o for o in mine if o.valid and o.stats is not None]
+        valid = [o.stats for o in mine if o.valid and o.stats is not None]
         flows: dict[str, dict[str, Aggregate]] = {}
-        keys = sorted({k for o in valid for k in o.stats.metrics()}, key=lambda k: (k != TOTAL, k))  # type: ignore[union-attr]
+        keys = sorted({k for stats in valid for k in stats.metrics()}, key=lambda k: (k != TOTAL, k))
         for key in keys:
-            per_run = [o.stats.metrics().get(key) for o in valid]  # type: ignore[union-attr]
+            per_run = [stats.metrics().get(key) for stats in valid]
             flows[key] = {"tput": aggregate(m.tput_mbps if m else None for m in per_run),
                           "delay": aggregate(m.delay_ms if m else None for m in per_run),
                           "loss": aggregate(m.loss if m else None for m in per_run)}
-        util = aggregate(o.stats.utilization for o in valid)  # type: ignore[union-attr]
+        util = aggregate(stats.utilization for stats in valid)
         out[label] = {"scheme": mine[0].scheme if mine else None, "runs": len(mine), "valid_runs": len(valid),
                       "utilization": util.to_json(),
                       "flows": {k: {m: a.to_json() for m, a in v.items()} for k, v in flows.items()}}

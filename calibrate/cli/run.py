@@ -8,11 +8,20 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
-from calibrate.cli.common import (add_evaluation_options, add_ray_options, fmt_duration, fmt_f,
-                                  load_target_of, print_result, ray_settings, require_root,
-                                  run_config)
+from calibrate.cli.common import (
+    add_evaluation_options,
+    add_ray_options,
+    fmt_duration,
+    fmt_f,
+    load_target_of,
+    print_result,
+    ray_settings,
+    require_root,
+    run_config,
+)
 from calibrate.errors import InputError
 from calibrate.space import PARAMETERS
 
@@ -99,7 +108,7 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
 
 def default_run_dir(target: str) -> Path:
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(target.rstrip("/")).name or "target").strip("-")
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{stem or 'target'}-{stamp}"
 
 
@@ -121,14 +130,15 @@ class Display:
 
             self.live = Live(console=self.console, refresh_per_second=2, transient=False)
 
-    def __enter__(self) -> "Display":
+    def __enter__(self) -> Display:
         if self.live:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self.live:
-            self.live.__exit__(*exc)
+            self.live.__exit__(exc_type, exc, traceback)
 
     def __call__(self, info: Any) -> None:
         for record in info.latest:

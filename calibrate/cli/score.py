@@ -14,9 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-from calibrate.cli.common import (add_evaluation_options, add_ray_options, fmt_f,
-                                  load_target_of, ray_settings, require_root, run_config,
-                                  scheme_rows)
+from calibrate.cli.common import (
+    add_evaluation_options,
+    add_ray_options,
+    fmt_f,
+    load_target_of,
+    ray_settings,
+    require_root,
+    run_config,
+    scheme_rows,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from calibrate.emulator import EmulatorConfig
     from calibrate.evaluation import Evaluator
-    from calibrate.runs.config import (host_schemes, problem_of, registry_of, scheme_table,
-                                       score_emulator)
+    from calibrate.runs.config import host_schemes, problem_of, registry_of, scheme_table, score_emulator
     from calibrate.runs.journal import jsonable, write_atomic
 
     config = run_config(args)

@@ -18,7 +18,8 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.engine import Endpoint, Logs
 from calibrate.metrics import analyze_datalink_log
 
-DEFAULT_EMULATOR = "mm-delay 20 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=100"
+DEFAULT_EMULATOR = (
+    "mm-delay 20 mm-link 12mbps.trace 12mbps.trace --uplink-queue=droptail --uplink-queue-args=packets=100")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -27,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a ping and a kernel TCP flow over an emulated path and report what Pantheon's "
         "metrics measure. Needs root (network namespaces, TUN devices).",
     )
-    parser.add_argument("--emulator", default=DEFAULT_EMULATOR, help="Mahimahi command or Pantheon test.py arguments (default: %(default)s)")
+    parser.add_argument("--emulator", default=DEFAULT_EMULATOR,
+                        help="Mahimahi command or Pantheon test.py arguments (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the TCP flow (default: %(default)s)")
     parser.add_argument("--cc", default="cubic", help="kernel congestion control of the flow (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="keep the logs in this directory")
@@ -44,10 +46,12 @@ def run(args: argparse.Namespace) -> int:
 
     with console.status("ping over the emulated path ..."):
         ping_out = workdir / "ping.txt"
-        engine.run(config, [Endpoint("sender", f"ping -c 10 -i 0.1 $EMU_PEER > {ping_out}")], workdir=workdir, stop_after=30)
+        engine.run(config, [Endpoint("sender", f"ping -c 10 -i 0.1 $EMU_PEER > {ping_out}")], workdir=workdir,
+                   stop_after=30)
         rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping_out.read_text())]
 
-    logs = Logs(datalink=workdir / "datalink.log", acklink=workdir / "acklink.log",
+    datalink = workdir / "datalink.log"
+    logs = Logs(datalink=datalink, acklink=workdir / "acklink.log",
                 uplink=workdir / "mm_datalink.log", downlink=workdir / "mm_acklink.log")
     endpoints = [
         Endpoint("receiver", probes.command_line("tcp-sink", 5000)),
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     with console.status(f"{args.seconds:g} s {args.cc} flow over the emulated path ..."):
         result = engine.run(config, endpoints, workdir=workdir, stop_after=args.seconds, logs=logs)
-    stats = analyze_datalink_log(logs.datalink)
+    stats = analyze_datalink_log(datalink)
 
     report = {
         "emulator": config.mahimahi_command(),
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_row(f"{args.cc} throughput (Mbit/s)", f"{stats.total.tput_mbps:.2f}")
     table.add_row("link capacity (Mbit/s)", f"{stats.capacity_mbps:.2f}" if stats.capacity_mbps else "-")
     table.add_row("p95 one-way delay (ms)", f"{stats.total.delay_ms:.1f}")
-    table.add_row("loss (%)", f"{100 * stats.total.loss:.2f}")
+    # loss (like the delay above) is None when nothing entered the path: formatting it fails then
+    table.add_row("loss (%)", f"{100 * stats.total.loss:.2f}")  # type: ignore[operator]
     table.add_row("queue drops (packets)", str(report["queue_drops"]))
     Console().print(table)
     console.print(f"logs (Pantheon and Mahimahi formats): {workdir}")

@@ -11,6 +11,7 @@ from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
 from calibrate.metrics import TOTAL, Aggregate
 
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("target", help="show or plot a real-path target",
                                    description="Read a target and show or plot it.")

@@ -216,25 +216,25 @@ class Optimizer(ABC):
         return [x.copy() for x in out]
 
     def tell(self, xs: Sequence[ArrayLike], ys: Sequence[float],
-             noise: Sequence[float] | None = None) -> None:
-        """Record evaluations: f(xs[i]) = ys[i] with standard error noise[i] (NaN = unknown).
+             noise: Sequence[float | None] | None = None) -> None:
+        """Record evaluations: f(xs[i]) = ys[i] with standard error noise[i] (NaN or None = unknown).
 
         Points need not have been asked (e.g. evaluated elsewhere); asked ones stop being pending.
         """
-        xs = [_as_point(x, self.dim, "told point") for x in xs]
-        ys = [float(y) for y in ys]
-        noise = [math.nan] * len(xs) if noise is None else [
+        points = [_as_point(x, self.dim, "told point") for x in xs]
+        values = [float(y) for y in ys]
+        errors = [math.nan] * len(points) if noise is None else [
             math.nan if v is None else float(v) for v in noise]
-        if not len(xs) == len(ys) == len(noise):
-            raise InputError(f"tell got {len(xs)} points, {len(ys)} values and {len(noise)} "
+        if not len(points) == len(values) == len(errors):
+            raise InputError(f"tell got {len(points)} points, {len(values)} values and {len(errors)} "
                              f"noise estimates; give one of each per point")
-        for x, y, s in zip(xs, ys, noise):
+        for x, y, s in zip(points, values, errors, strict=True):
             if not math.isfinite(y):
                 raise InputError(f"f({x}) = {y} is not a number; penalize failed evaluations "
                                  f"(calibrate.objective) instead of telling NaN")
             if s < 0:
                 raise InputError(f"noise {s} at {x} is negative; give a standard error ≥ 0")
-        for x, y, s in zip(xs, ys, noise):
+        for x, y, s in zip(points, values, errors, strict=True):
             i = find_point(x, self._pending)
             if i >= 0:
                 del self._pending[i]
@@ -407,7 +407,7 @@ class Optimizer(ABC):
     def _design_used(design: np.ndarray, used: Sequence[np.ndarray]) -> int:
         return sum(find_point(d, used) >= 0 for d in design)
 
-    def _invalidate(self) -> None:
+    def _invalidate(self) -> None:  # noqa: B027  a hook: optimizers without caches need no override
         """Drop caches that depend on the history (models)."""
 
     # -- what a model-based optimizer supplies

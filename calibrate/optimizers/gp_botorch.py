@@ -146,5 +146,6 @@ class BoTorchGP(Optimizer):
             _, value = optimize_acqf(LogExpectedImprovement(model, best_f=-best),
                                      bounds=self._unit_bounds(), q=1,
                                      num_restarts=self.num_restarts, raw_samples=self.raw_samples)
+        assert value is not None  # None only with return_acq_values=False
         # an improvement of the model's outcome, expressed in f's units at the incumbent
         return float(self.scale.f(best) - self.scale.f(best - math.exp(float(value))))

@@ -104,7 +104,7 @@ class RunConfig:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunConfig":
+    def from_json(cls, data: Mapping[str, Any]) -> RunConfig:
         d = dict(data)
         d["schemes"] = tuple(d.get("schemes", ()))
         d["links"] = tuple(d.get("links", LINK_KINDS))
@@ -125,6 +125,7 @@ def emulator_seed(seed: int, link: str) -> int:
 def emulator_of(values: Mapping[str, float], link: str, seed: int) -> EmulatorConfig:
     """The candidate emulator at a point of the space, with its search's emulator seed as its
     trace seed (each run then draws its own losses: `EmulatorConfig.for_run`)."""
+    # link is one of LINK_KINDS (RunConfig checks them); EmulatorConfig checks it again
     return EmulatorConfig(rate_mbps=float(values["rate"]), delay_ms=int(values["delay"]),
                           queue=Queue.droptail(max(int(values["queue"]), 1)),
                           uplink_loss=float(values["loss"]), link=link, trace_seed=seed)  # type: ignore[arg-type]
@@ -176,7 +177,7 @@ class Problem:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], target: Target, config: RunConfig) -> "Problem":
+    def from_json(cls, data: Mapping[str, Any], target: Target, config: RunConfig) -> Problem:
         """The problem run.json recorded.  A format-1 run.json has no "real": the target numbers
         are taken again from its target.json, as `problem_of` took them (no host involved)."""
         space = data["space"]
@@ -192,6 +193,7 @@ class Problem:
                 result = next((s for s in target.schemes if s.label == label), None) or target.scheme(label)
                 values = _aggregates(result, config.aggregate, workload.flows)
                 for flow in _flow_keys(workload.flows):
+                    # whole triples: problem_of scored these aggregates when the run began
                     real[label if workload.flows == 1 else (label, flow)] = Stats(*values[flow])  # type: ignore[misc]
         return cls(real=real, schemes=schemes, dropped=dict(data.get("dropped", {})),
                    workload=workload,
@@ -224,9 +226,9 @@ def _hints(labels: Sequence[str], schemes: Mapping[str, Scheme]
     def traits(label: str) -> frozenset[str]:
         s = schemes.get(label)
         return traits_of({label, *(() if s is None else (s.name, *s.aliases))})
-    return ([l for l in labels if "saturating" in traits(l)],
-            [l for l in labels if "delay-based" in traits(l)],
-            [l for l in labels if "rate-probing" in traits(l)])
+    return ([label for label in labels if "saturating" in traits(label)],
+            [label for label in labels if "delay-based" in traits(label)],
+            [label for label in labels if "rate-probing" in traits(label)])
 
 
 def problem_of(target: Target, config: RunConfig, registry: Registry | None = None) -> Problem:
@@ -247,13 +249,16 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
             dropped[s.label] = str(e)
             continue
         values = _aggregates(s, config.aggregate, flows)
-        if any(values[f] is None or None in values[f] for f in flow_keys + [TOTAL]):  # type: ignore[operator]
+        if any(v is None or None in v for v in (values[f] for f in flow_keys + [TOTAL])):
             dropped[s.label] = (f"the target has no {config.aggregate} of every metric for "
                                 f"{s.label}; try --aggregate mean")
             del schemes[s.label]
             continue
-        space_stats[s.label] = s.measurement(config.aggregate)  # type: ignore[assignment]
+        measurement = s.measurement(config.aggregate)
+        assert measurement is not None  # the total's aggregates were checked above
+        space_stats[s.label] = measurement
         for flow in flow_keys:
+            # whole triples: checked above
             real[s.label if flows == 1 else (s.label, flow)] = Stats(*values[flow])  # type: ignore[misc]
     if not schemes:
         raise InputError("no scheme of the target can run here: "
@@ -282,7 +287,7 @@ def host_schemes(problem: Problem, registry: Registry) -> dict[str, Scheme]:
     for name in dict.fromkeys(problem.schemes.values()):
         scheme = registry.get(name)
         if scheme is None or not scheme.available:
-            labels = ", ".join(l for l, n in problem.schemes.items() if n == name)
+            labels = ", ".join(label for label, n in problem.schemes.items() if n == name)
             why = "unknown here" if scheme is None else scheme.unavailable_reason
             raise InputError(f"scheme {name!r}, which this run scores for {labels}, cannot run on "
                              f"this host ({why}); see `calibrate schemes`")
@@ -308,6 +313,7 @@ def score_runs(problem: Problem, config: RunConfig, results: Sequence[RunMetrics
         for label in sharing[m.label]:
             for flow in problem.flow_keys():
                 emulated.setdefault(problem.key(label, flow), []).append(m.replicate_of(flow))
+    # RunConfig checks that aggregate is "mean" or "median"
     return replication_error(problem.real, emulated, aggregate=config.aggregate,  # type: ignore[arg-type]
                              include_loss=config.include_loss)
 

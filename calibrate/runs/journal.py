@@ -180,7 +180,7 @@ class Evaluation:
             "version": self.version})
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "journal record", index: int = 0) -> "Evaluation":
+    def from_json(cls, data: Any, where: str = "journal record", index: int = 0) -> Evaluation:
         """A journal line read back, any version up to ours; `index` stands in for a line that
         lacks its own.  Errors say which line (`where`) and what is wrong with it."""
         if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
@@ -255,7 +255,7 @@ class RunDir:
 
     @classmethod
     def create(cls, path: Path | str, config: RunConfig, target: Target,
-               problem: Problem) -> "RunDir":
+               problem: Problem) -> RunDir:
         """Write target.json and run.json into a new run directory."""
         path = Path(path)
         cls.check_new(path)
@@ -265,7 +265,7 @@ class RunDir:
             raise InputError(f"cannot create run directory {path} ({e.strerror or e}); "
                              f"choose another --out") from None
         meta = {"format": FORMAT, "version": FORMAT_VERSION,
-                "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "created": dt.datetime.now(dt.UTC).isoformat(),
                 "config": config.to_json(), **problem.to_json(),
                 "seeds": {link: emulator_seed(config.seed, link) for link in config.links}}
         meta = jsonable(meta)
@@ -274,7 +274,7 @@ class RunDir:
         return cls(path, config, target, problem, meta)
 
     @classmethod
-    def open(cls, path: Path | str) -> "RunDir":
+    def open(cls, path: Path | str) -> RunDir:
         """Read a run directory's settings, target and problem, with errors that say what is
         wrong and what to do.  Reads only; the journal is read by `evaluations`."""
         path = Path(path)
@@ -325,7 +325,7 @@ class RunDir:
         _append_line(self.journal, evaluation.to_json())
 
     @contextmanager
-    def writing(self) -> Iterator["RunDir"]:
+    def writing(self) -> Iterator[RunDir]:
         """Hold the directory while writing to it.  The one place a single-writer lock goes
         (DESIGN.md: an exclusive writer lock per run); today it takes none, so two processes
         resuming one run would both append."""

@@ -36,9 +36,20 @@ from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import Optimizer, make_optimizer
 from calibrate.ranges import Ranges, ranges_of
-from calibrate.runs.config import (LINK_KINDS, Problem, RunConfig, emulator_of, emulator_seed,
-                                   host_schemes, problem_of, registry_of, scheme_table,
-                                   score_emulator, score_runs, tasks_of)
+from calibrate.runs.config import (
+    LINK_KINDS,
+    Problem,
+    RunConfig,
+    emulator_of,
+    emulator_seed,
+    host_schemes,
+    problem_of,
+    registry_of,
+    scheme_table,
+    score_emulator,
+    score_runs,
+    tasks_of,
+)
 from calibrate.runs.journal import Evaluation, RunDir, json_number
 from calibrate.schemes import Registry, Scheme
 from calibrate.targets.model import Target
@@ -161,7 +172,7 @@ class Calibration:
 
     @classmethod
     def start(cls, run_dir: Path | str, config: RunConfig, target: Target,
-              registry: Registry | None = None) -> "Calibration":
+              registry: Registry | None = None) -> Calibration:
         """Derive the problem (`problem_of`) and write a new run directory."""
         RunDir.check_new(run_dir)
         registry = registry or registry_of(config)
@@ -171,7 +182,7 @@ class Calibration:
         return calibration
 
     @classmethod
-    def open(cls, run_dir: Path | str, *, read_only: bool = False) -> "Calibration":
+    def open(cls, run_dir: Path | str, *, read_only: bool = False) -> Calibration:
         """Reopen a run directory to continue it; a journal line torn by a crash is cut off.
         `read_only` (export, inspection) leaves the files as they are: the run may still be
         writing its last line."""
@@ -179,7 +190,7 @@ class Calibration:
         return cls.of(directory, directory.evaluations(repair=not read_only))
 
     @classmethod
-    def of(cls, directory: RunDir, records: Sequence[Evaluation]) -> "Calibration":
+    def of(cls, directory: RunDir, records: Sequence[Evaluation]) -> Calibration:
         """The loop as the journal `records` leave it: each search's optimizer told its
         evaluations in the order the original was told (= journal order)."""
         config, problem = directory.config, directory.problem
@@ -192,7 +203,7 @@ class Calibration:
             search = Search(link, opt)
             mine = [r for r in records if r.link == link]
             if mine:
-                opt.tell([r.x for r in mine], [r.f for r in mine], [r.noise for r in mine])  # type: ignore[misc]
+                opt.tell([r.x for r in mine], [r.f for r in mine], [r.noise for r in mine])
                 search.records = mine
                 search.confident = any(r.confident for r in mine)
             searches[link] = search
@@ -285,8 +296,8 @@ class Calibration:
             schemes=tuple(scheme_table(error)),
             penalized={str(k): v for k, v in error.penalized.items()},
             runs=tuple(m.to_json() for m in sorted(candidate.results, key=lambda m: (m.label, m.replicate))),
-            started_at=dt.datetime.fromtimestamp(candidate.started, dt.timezone.utc).isoformat(),
-            finished_at=dt.datetime.fromtimestamp(finished, dt.timezone.utc).isoformat(),
+            started_at=dt.datetime.fromtimestamp(candidate.started, dt.UTC).isoformat(),
+            finished_at=dt.datetime.fromtimestamp(finished, dt.UTC).isoformat(),
             seconds=round(finished - candidate.started, 3),
             elapsed_s=round(self.elapsed_before + time.monotonic() - session_start, 3),
             phase=candidate.phase,
@@ -361,18 +372,18 @@ class Calibration:
 
     def _progress(self, running_tasks: int, session_start: float) -> ProgressInfo:
         elapsed = self.elapsed_before + time.monotonic() - session_start
-        done = {l: len(s.records) for l, s in self.searches.items()}
+        done = {link: len(s.records) for link, s in self.searches.items()}
         total_done = sum(done.values())
-        left = sum(max(self.config.budget - n, 0) for l, n in done.items()
-                   if self.searches[l].stopped is None)
+        left = sum(max(self.config.budget - n, 0) for link, n in done.items()
+                   if self.searches[link].stopped is None)
         # rough: the run's average time per evaluation so far, times what the budget has left
         eta = elapsed / total_done * left if total_done else None
         latest, self._latest = self._latest, []
-        return ProgressInfo(done, self.config.budget, {l: s.best_f for l, s in self.searches.items()},
+        return ProgressInfo(done, self.config.budget, {link: s.best_f for link, s in self.searches.items()},
                             running_tasks, sum(len(s.running) for s in self.searches.values()),
-                            elapsed, eta, {l: s.stopped for l, s in self.searches.items()}, latest,
-                            {l: self._refining(s) for l, s in self.searches.items()},
-                            {l: s.ranges for l, s in self.searches.items()})
+                            elapsed, eta, {link: s.stopped for link, s in self.searches.items()}, latest,
+                            {link: self._refining(s) for link, s in self.searches.items()},
+                            {link: s.ranges for link, s in self.searches.items()})
 
     # -- the outcome
 
@@ -399,8 +410,8 @@ class Calibration:
                 "confident": search.confident,
                 **ranges_of(search.optimizer, self.problem.space).to_json(),
             }
-        scored = {l: v["f"] for l, v in links.items() if "f" in v}
-        winner = min(scored, key=scored.get) if scored else None  # type: ignore[arg-type]
+        scored = {link: v["f"] for link, v in links.items() if "f" in v}
+        winner = min(scored, key=scored.__getitem__) if scored else None
         return {"format": RESULT_FORMAT, "version": RESULT_VERSION,
                 "target": self.config.target, "winner": winner,
                 "best": links.get(winner) if winner else None, "links": links,

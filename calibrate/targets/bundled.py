@@ -25,8 +25,7 @@ def load_bundled(name: str) -> Target:
     resource = resources.files("calibrate.data").joinpath(entry["file"])
     with resources.as_file(resource) as path:
         target = read_summary_table(path)
-    prov = entry.get("provenance", {})
+    prov: dict[str, Any] = {k: (tuple(v) if k == "notes" else v)
+                            for k, v in entry.get("provenance", {}).items()}
     return replace(target, name=name, workload=Workload.from_json(entry.get("workload", {})),
-                   provenance=replace(target.provenance, kind="bundled", source=name,
-                                      **{k: (tuple(v) if k == "notes" else v)
-                                         for k, v in prov.items()}))
+                   provenance=replace(target.provenance, kind="bundled", source=name, **prov))

@@ -1,7 +1,7 @@
 """Reading a Pantheon data directory of any era into a Target (an archive of one:
 `calibrate.targets.archive`; its `pantheon_perf.json` alone: `calibrate.targets.perf`).
 
-Per scheme and run the richest source present wins (spec §3–4): the run's entry in
+Per scheme and run the richest source present wins: the run's entry in
 `pantheon_perf.json` (2018+); else its `<cc>_datalink_run<N>.log`, recomputed with
 calibrate.metrics and judged valid or not with Pantheon's rule; else its `<cc>_stats_run<N>.log`.
 A run that none of them yields is dropped with the reason, and the rest are used.
@@ -25,10 +25,17 @@ from typing import Any
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence, RunEvidence, parse_link_log, read_log_bytes, run_evidence
 from calibrate.jsonfile import read_json
-from calibrate.metrics import (TOTAL, DatalinkLog, FlowMetrics, check_run, parse_datalink_log,
-                               parse_stats_log, read_perf_json, run_stats)
-from calibrate.targets.model import (DroppedRun, Provenance, RunResult, SchemeResult, Target,
-                                     Workload)
+from calibrate.metrics import (
+    TOTAL,
+    DatalinkLog,
+    FlowMetrics,
+    check_run,
+    parse_datalink_log,
+    parse_stats_log,
+    read_perf_json,
+    run_stats,
+)
+from calibrate.targets.model import DroppedRun, Provenance, RunResult, SchemeResult, Target, Workload
 
 METADATA = "pantheon_metadata.json"
 PERF = "pantheon_perf.json"
@@ -119,7 +126,7 @@ class Title:
 
 
 def parse_title(filename: str) -> Title:
-    """Pantheon's archive names (spec §3.4): `<YYYY-MM-DDTHH-MM>-<src>-to-<dst>-<N>-runs
+    """Pantheon's archive names: `<YYYY-MM-DDTHH-MM>-<src>-to-<dst>-<N>-runs
     [-<F>-flows]` with `-logs.tar.xz` (2016-17) or `.tar.gz` (later)."""
     name = filename
     for suffix in (".tar.xz", ".tar.gz", ".tar.bz2", ".tgz", ".txz", ".tar", ".zip"):
@@ -154,7 +161,7 @@ def wanted_member(rel: str) -> bool:
     if base in (METADATA, PERF, "perf_data.pkl"):  # the pickle only to say it is not loaded
         return True
     m = _LOG_RE.match(base)
-    return bool(m) and (not m.group("cc").endswith(MM_SUFFIX) or m.group("kind") == "datalink")
+    return m is not None and (not m.group("cc").endswith(MM_SUFFIX) or m.group("kind") == "datalink")
 
 
 LogIndex = dict[tuple[str, int], Path]
@@ -255,11 +262,11 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
                         runtime, meta.run_times if meta else None)
     date = None
     if earliest_init is not None and earliest_init > 1e12:  # epoch ms, not a relative time
-        date = dt.datetime.fromtimestamp(earliest_init / 1000, dt.timezone.utc).strftime(
+        date = dt.datetime.fromtimestamp(earliest_init / 1000, dt.UTC).strftime(
             "%Y-%m-%dT%H:%M")
     metrics_from = ", ".join(f"{n} runs from {src}" for src, n in sorted(sources.items()))
     if SOURCE_DATALINK in sources:
-        metrics_from += " (recomputed with Pantheon's math, spec §4.1)"
+        metrics_from += " (recomputed with Pantheon's math, as its tunnel_graph.py)"
     base = provenance or Provenance(kind="data dir", source=str(directory), name=directory.name)
     era = f"metadata form {meta.era}" if meta else None
     prov = replace(base, metrics_from=metrics_from,

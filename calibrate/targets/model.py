@@ -43,12 +43,12 @@ class FlowSummary:
                 "loss": self.loss.to_json()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "FlowSummary":
+    def from_json(cls, data: Mapping[str, Any]) -> FlowSummary:
         return cls(Aggregate.from_json(data["tput_mbps"]), Aggregate.from_json(data["delay_ms"]),
                    Aggregate.from_json(data["loss"]))
 
     @classmethod
-    def of_runs(cls, metrics: Iterable[FlowMetrics], ddof: int = STD_DDOF) -> "FlowSummary":
+    def of_runs(cls, metrics: Iterable[FlowMetrics], ddof: int = STD_DDOF) -> FlowSummary:
         metrics = list(metrics)
         return cls(aggregate((m.tput_mbps for m in metrics), ddof),
                    aggregate((m.delay_ms for m in metrics), ddof),
@@ -68,7 +68,7 @@ class RunResult:
                 "flows": {key: m.to_json() for key, m in self.flows.items()}}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RunResult":
+    def from_json(cls, data: Mapping[str, Any]) -> RunResult:
         return cls(int(data["run"]),
                    {key: FlowMetrics(float(v["tput"]), _opt(v.get("delay")), _opt(v.get("loss")))
                     for key, v in data["flows"].items()},
@@ -98,7 +98,7 @@ class SchemeResult:
 
     @classmethod
     def of_runs(cls, label: str, runs: Iterable[RunResult], dropped: Iterable[DroppedRun] = (),
-                ddof: int = STD_DDOF) -> "SchemeResult":
+                ddof: int = STD_DDOF) -> SchemeResult:
         runs = tuple(sorted(runs, key=lambda r: r.run))
         keys = sorted({key for r in runs for key in r.flows}, key=_flow_order)
         summary = {key: FlowSummary.of_runs((r.flows[key] for r in runs if key in r.flows), ddof)
@@ -125,7 +125,9 @@ class SchemeResult:
         centre = [getattr(m, aggregate) for m in metrics]
         if None in centre:
             return None
-        return SchemeMeasurement(*centre, *(m.std or 0.0 for m in metrics),
+        throughput, delay, loss = centre
+        throughput_sd, delay_sd, loss_sd = (m.std or 0.0 for m in metrics)
+        return SchemeMeasurement(throughput, delay, loss, throughput_sd, delay_sd, loss_sd,
                                  runs=max(self.n_runs, 1))
 
     def to_json(self) -> dict[str, Any]:
@@ -135,7 +137,7 @@ class SchemeResult:
                 "dropped": [{"run": d.run, "reason": d.reason} for d in self.dropped]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "SchemeResult":
+    def from_json(cls, data: Mapping[str, Any]) -> SchemeResult:
         label = str(data.get("label") or data["scheme"])
         return cls(str(data["scheme"]), label,
                    tuple(RunResult.from_json(r) for r in data.get("runs", [])),
@@ -158,7 +160,7 @@ class Workload:
                 "run_times": self.run_times}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Workload":
+    def from_json(cls, data: Mapping[str, Any]) -> Workload:
         run_times = data.get("run_times")
         return cls(int(data.get("flows", 1)), float(data.get("interval_s", 0.0)),
                    float(data.get("runtime_s", 30.0)), None if run_times is None else int(run_times))
@@ -187,7 +189,7 @@ class Provenance:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Provenance":
+    def from_json(cls, data: Mapping[str, Any]) -> Provenance:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         known["notes"] = tuple(known.get("notes", ()))
         return cls(**known)
@@ -239,7 +241,7 @@ class Target:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], source: str = "target JSON") -> "Target":
+    def from_json(cls, data: Mapping[str, Any], source: str = "target JSON") -> Target:
         if data.get("format") != FORMAT:
             raise InputError(f"{source}: not a calibrate target (no \"format\": \"{FORMAT}\")")
         if int(data.get("version", 0)) > FORMAT_VERSION:
@@ -259,7 +261,7 @@ class Target:
             raise InputError(f"{source}: malformed calibrate target ({type(error).__name__}: "
                              f"{error}); regenerate it with `calibrate target show --write`") from None
 
-    def with_provenance(self, **changes: Any) -> "Target":
+    def with_provenance(self, **changes: Any) -> Target:
         return replace(self, provenance=replace(self.provenance, **changes))
 
 

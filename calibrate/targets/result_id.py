@@ -21,7 +21,6 @@ import http.client
 import json
 import os
 import re
-import socket
 import sys
 import urllib.error
 import urllib.parse
@@ -65,7 +64,7 @@ class FetchOptions:
     progress: bool = True
 
     @classmethod
-    def from_environment(cls, **flags: Any) -> "FetchOptions":
+    def from_environment(cls, **flags: Any) -> FetchOptions:
         """Flags given (not None) win over the environment, which wins over the defaults."""
         env = os.environ
         values: dict[str, Any] = {}
@@ -244,7 +243,7 @@ def fetch_result_archive(result_id: int, options: FetchOptions, page_url: str | 
               "checksum_source": "index" if ref.sha256 else "recorded at first download",
               "size": final.stat().st_size, "path_description": ref.path_description,
               "date": ref.date,
-              "fetched_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+              "fetched_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     return final, record
 
@@ -298,7 +297,7 @@ def download(url: str, part: Path, options: FetchOptions, expected_size: int | N
                     out.write(chunk)
                     received += len(chunk)
                     advance(len(chunk))
-            except (OSError, http.client.HTTPException, socket.timeout) as error:
+            except (TimeoutError, OSError, http.client.HTTPException) as error:
                 raise EnvironmentProblem(
                     f"download of {url} interrupted after {have + received} bytes ({error}); "
                     "run the same command again to resume") from None
@@ -319,8 +318,14 @@ class _progress:
         if not self.enabled:
             return lambda n: None
         from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                   TimeRemainingColumn, TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         name, total, done = self.args
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

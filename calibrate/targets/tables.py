@@ -76,16 +76,21 @@ def _scheme(label: str, runs: int | None, flows: Mapping[str, dict[str, float | 
     """A scheme with aggregates only.  Values: tput/delay mean, std, median; loss in %."""
     summary = {}
     for key, v in flows.items():
-        def agg(metric: str, divisor: float = 1.0) -> Aggregate:
-            mean = v.get(f"{metric}_mean")
-            if mean is None:
-                return Aggregate(None, None, None, 0, ddof)
-            std, median = v.get(f"{metric}_std"), v.get(f"{metric}_median")
-            return Aggregate(mean / divisor, None if median is None else median / divisor,
-                             None if std is None else std / divisor, runs or 1, ddof)
         # tables print loss in %, targets hold a fraction
-        summary[key] = FlowSummary(agg("tput_mbps"), agg("delay_p95_ms"), agg("loss_pct", 100.0))
+        summary[key] = FlowSummary(_aggregate(v, "tput_mbps", runs, ddof), _aggregate(v, "delay_p95_ms", runs, ddof),
+                                   _aggregate(v, "loss_pct", runs, ddof, 100.0))
     return SchemeResult(canonical_scheme(label), label, (), summary)
+
+
+def _aggregate(values: Mapping[str, float | None], metric: str, runs: int | None, ddof: int,
+               divisor: float = 1.0) -> Aggregate:
+    """One metric's aggregate from a table row's `<metric>_mean`, `_std` and `_median` cells."""
+    mean = values.get(f"{metric}_mean")
+    if mean is None:
+        return Aggregate(None, None, None, 0, ddof)
+    std, median = values.get(f"{metric}_std"), values.get(f"{metric}_median")
+    return Aggregate(mean / divisor, None if median is None else median / divisor,
+                     None if std is None else std / divisor, runs or 1, ddof)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,7 +131,7 @@ def read_csv_table(text: str, *, source: str) -> Target:
         if len(cells) != len(header):
             raise InputError(f"{source}:{number}: {len(cells)} cells, the header has "
                              f"{len(header)}")
-        row = dict(zip(header, (c.strip() for c in cells)))
+        row = dict(zip(header, (c.strip() for c in cells), strict=True))
         label = row["scheme"]
         if not label:
             raise InputError(f"{source}:{number}: empty scheme name")

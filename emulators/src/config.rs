@@ -234,8 +234,7 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
     }
     let directions = ["uplink", "downlink"];
     let mut links = Vec::new();
-    for d in 0..2 {
-        let name = directions[d];
+    for (d, name) in directions.into_iter().enumerate() {
         let trace_path = PathBuf::from(raw.traces[d].take().ok_or_else(|| {
             Error::input(format!("missing --{name}-trace FILE (a Mahimahi trace; a file holding `1` is 12 Mbit/s)"))
         })?);

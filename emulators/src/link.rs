@@ -1,5 +1,5 @@
 //! The rate-limited link: a queue drained by a trace of delivery opportunities
-//! (Mahimahi's `mm-link` service discipline, spec §1.3).
+//! (Mahimahi's `mm-link` service discipline: `src/frontend/link_queue.cc` in ravinet/mahimahi).
 
 use crate::packet::{Ms, Packet, OPPORTUNITY_BYTES};
 use crate::queue::{PacketQueue, QueueSpec};
@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn trace_5_5_10_schedule() {
-        // Mahimahi with base 34 logs 39, 39, 44, 49, 49, 54 (spec §1.2).
+        // Mahimahi with base 34 logs 39, 39, 44, 49, 49, 54 (the trace wraps with period 10).
         let mut link = Link::new(Arc::new(Trace::parse("5\n5\n10\n", "t").unwrap()), QueueSpec::Infinite, 34);
         assert_eq!(opportunities(&mut link, 54), vec![39, 39, 44, 49, 49, 54]);
     }

@@ -144,6 +144,7 @@ impl Direction {
 }
 
 /// One direction of the path, with Mahimahi's timing or the idealised one.
+#[allow(clippy::large_enum_variant, reason = "two per run, made once; boxing would add an indirection on the packet path")]
 enum Path {
     Mahimahi(Ferries),
     Ideal(Pipeline),
@@ -283,6 +284,7 @@ fn signal_name(signal: i32) -> &'static str {
 }
 
 /// What carries the packets: the engine's own link, or the user's Mahimahi shells.
+#[allow(clippy::large_enum_variant, reason = "one per run, made once; boxing would add an indirection on the packet path")]
 enum Emulation {
     Engine { sender: Side, receiver: Side, directions: [Direction; 2] },
     Mahimahi { shells: Shells, measurement: Measurement, logs: [DirectionLogs; 2], init_us: u64 },
@@ -523,8 +525,8 @@ pub fn run(config: Config) -> Result<i32> {
             }
         }
         let mut read_failure = None;
-        for i in 0..2 {
-            if fds[i].revents & libc::POLLIN != 0 {
+        for (i, fd) in fds[..2].iter().enumerate() {
+            if fd.revents & libc::POLLIN != 0 {
                 if let Err(e) = emulation.read(i, &clock, &mut flows, &mut pool) {
                     read_failure = Some(e);
                 }

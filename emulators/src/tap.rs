@@ -112,7 +112,7 @@ impl Tap {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
             now.as_micros() as u64
         });
-        let seen = if address.sll_pkttype == libc::PACKET_OUTGOING as u8 { Seen::Sent } else { Seen::Received };
+        let seen = if address.sll_pkttype == libc::PACKET_OUTGOING { Seen::Sent } else { Seen::Received };
         Ok(Some(((n as usize).min(buffer.len()), seen, at_us)))
     }
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from calibrate.calibration import JOURNAL, RESULT, Calibration, RunConfig
 from calibrate.export import export
-from calibrate.targets.load import load_target
+from calibrate.target import load_target
 from test_calibration_loop import AnalyticEvaluator, hidden_of
 
 
@@ -36,7 +36,7 @@ class LinkEvaluator(AnalyticEvaluator):
         ref = super().submit(task)
         if task.emulator.link == "poisson":
             m = self.done[ref]
-            self.done[ref] = replace(m, flows={k: (t * 0.92, d * 1.05, l) for k, (t, d, l) in m.flows.items()})
+            self.done[ref] = replace(m, flows={k: (t * 0.92, d * 1.05, loss) for k, (t, d, loss) in m.flows.items()})
         return ref
 
 

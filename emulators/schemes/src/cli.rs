@@ -1,4 +1,4 @@
-//! Command line: Pantheon's wrapper contract (spec §1.1) plus `list`.
+//! Command line: Pantheon's wrapper contract (its `src/wrappers/arg_parser.py`) plus `list`.
 //!
 //! ```text
 //! calibrate-scheme list [--json]

@@ -219,7 +219,7 @@ fn kernel_schemes() -> Vec<Scheme> {
     let allowed = if is_root { Ok(Vec::new()) } else { read_words(ALLOWED_CC) };
     let mut names: Vec<String> = available.clone().unwrap_or_default();
     for e in registered_kernel_ccs() {
-        if !names.iter().any(|n| *n == e.name) {
+        if !names.contains(&e.name) {
             names.push(e.name.clone());
         }
     }
