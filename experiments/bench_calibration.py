@@ -94,7 +94,7 @@ from rich.table import Table
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
-from calibrate.runs.config import RunConfig, emulator_of
+from calibrate.runs.config import RunConfig, emulator_of, links_for
 from calibrate.runs.journal import RunDir
 from calibrate.runs.loop import Calibration
 from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
@@ -363,7 +363,8 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
                 target = replace(target, evidence=None)
             for optimizer in optimizers:
                 config = RunConfig(target=str(MAHIMAHI_TARGETS / name), budget=args.budget, optimizer=optimizer,
-                                   runtime_s=target.workload.runtime_s, replicates=args.replicates, seed=0)
+                                   runtime_s=target.workload.runtime_s, replicates=args.replicates, seed=0,
+                                   links=links_for(target))
                 run_dir = root / f"{name}-{optimizer}"
                 console.print(f"{name}: {optimizer}: calibrating into {run_dir}", highlight=False)
                 started = time.monotonic()
@@ -373,11 +374,11 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
                 result = calibration.run(evaluator)
                 wall = time.monotonic() - started
                 winner = result["best"]
-                true_link = result["links"][truth["link"]]
+                true_link = result["links"].get(truth["link"], {})
                 rows.append({
                     "target": name, "optimizer": optimizer, "evidence": not args.no_evidence,
-                    "truth": f"{truth['link']} {truth['rate']:g} Mbit/s, {truth['delay']} ms, {truth['queue']} pkts, "
-                             f"{100 * truth['loss']:g} %",
+                    "truth": f"{truth['link']} {truth['rate']:g}/{truth['delay']}/{truth['queue']}/"
+                             f"{100 * truth['loss']:g}%",
                     "truth_in_bounds": inside, "winner_link": result["winner"],
                     "params": winner["params"], "f": winner["f"], "best_observed_f": winner["best_observed_f"],
                     "floor": truth["floor"], "f_over_floor": winner["f"] / truth["floor"],
@@ -390,11 +391,11 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
 
 def print_mahimahi_targets(rows: list[dict[str, Any]], budget: int) -> None:
     table = Table(title=f"targets made by real Mahimahi (cubic, reno, bbr): the calibration's winner vs the "
-                        f"truth ({budget} evaluations per link kind)")
+                        f"truth (rate Mbit/s / delay ms / queue packets / loss; {budget} evaluations per link kind)")
     for column in ("target", "optimizer", "logs", "truth", "in bounds", "winner", "rate", "delay", "queue",
                    "loss %", "f %", "floor %", "f/floor", "rate err %", "delay err", "queue err %",
                    "truth in ranges", "evals", "wall min"):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=True)
     for r in rows:
         p = r["params"]
         table.add_row(r["target"], r["optimizer"], "yes" if r["evidence"] else "no", r["truth"],
@@ -403,7 +404,7 @@ def print_mahimahi_targets(rows: list[dict[str, Any]], budget: int) -> None:
                       f"{r['floor']:.1f}", f"{r['f_over_floor']:.2f}", f"{r['rate_err_pct']:+.1f}",
                       f"{r['delay_err_ms']:+d}", f"{r['queue_err_pct']:+.0f}", r["truth_in_ranges"],
                       str(r["evaluations"]), f"{r['wall_s'] / 60:.0f}")
-    console.print(table)
+    Console(width=max(console.width, 200)).print(table)
     for r in rows:
         if r["ranges"]:
             shown = ", ".join(f"{n} {lo:.3g}–{hi:.3g}" for n, (lo, hi) in r["ranges"].items())

@@ -42,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"), default=d.optimizer,
                      help="GP with qLogNEI (BoTorch), scikit-optimize GP-EI, or random search "
                           "(default: %(default)s)")
-    run.add_argument("--links", default=",".join(LINK_KINDS), metavar="KINDS",
-                     help="link kinds to search, each its own search (default: %(default)s)")
+    run.add_argument("--links", metavar="KINDS",
+                     help=f"link kinds to search, each its own search, of {','.join(LINK_KINDS)} (default: "
+                          "the kind the target's link logs show, else both)")
     run.add_argument("--time-limit", type=float, metavar="S",
                      help="stop proposing after this many seconds of calibration")
     run.add_argument("--n-initial", type=int, metavar="N",
@@ -202,13 +203,16 @@ def _calibrate(calibration: Any, args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from calibrate.runs.config import LINK_KINDS, links_for
     from calibrate.runs.loop import Calibration
 
-    links = tuple(k.strip() for k in args.links.split(",") if k.strip())
-    config = run_config(args, budget=args.budget, optimizer=args.optimizer, links=links,
+    requested = tuple(k.strip() for k in (args.links or "").split(",") if k.strip())
+    if args.links is not None and not requested:
+        raise InputError(f"--links is empty: give one or more of {', '.join(LINK_KINDS)}")
+    target = load_target_of(args)
+    config = run_config(args, budget=args.budget, optimizer=args.optimizer, links=links_for(target, requested),
                         time_limit_s=args.time_limit, n_initial=args.n_initial,
                         fixed=parse_fixed(args.fix), bounds=parse_bounds(args.bound))
-    target = load_target_of(args)
     run_dir = args.out or default_run_dir(args.target)
     return _calibrate(Calibration.start(run_dir, config, target), args)
 

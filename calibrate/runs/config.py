@@ -117,6 +117,17 @@ def registry_of(config: RunConfig) -> Registry:
     return load_registry(config.pantheon_dir, config.pantheon_python)
 
 
+def links_for(target: Target, requested: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The link kinds to search: those asked for; else the one the target's own link logs show
+    (`calibrate.evidence`: opportunities spread like a constant trace's or a Poisson one's), so
+    the budget is not spent on a kind the measurement rules out and a noisy comparison cannot
+    pick it; else both, each its own search."""
+    if requested:
+        return tuple(requested)
+    shown = target.evidence.deliveries if target.evidence is not None else None
+    return (shown,) if shown in LINK_KINDS else LINK_KINDS
+
+
 def emulator_seed(seed: int, link: str) -> int:
     """The emulator seed of one link kind's search (module docstring: Seeds)."""
     return int(np.random.SeedSequence([abs(int(seed)), LINK_KINDS.index(link)]).generate_state(1)[0]) % (1 << 24)
