@@ -389,6 +389,16 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
     return rows
 
 
+def _range_text(name: str, low: float, high: float) -> str:
+    """A parameter's range at the precision that means something: Mbit/s to 3 digits, whole ms
+    and packets, loss in % to 2 significant digits."""
+    if name == "loss":
+        return f"loss {100 * low:.2g}–{100 * high:.2g} %"
+    if name == "rate":
+        return f"rate {low:.3g}–{high:.3g} Mbit/s"
+    return f"{name} {low:.0f}–{high:.0f} {'ms' if name == 'delay' else 'packets'}"
+
+
 def print_mahimahi_targets(rows: list[dict[str, Any]], budget: int) -> None:
     table = Table(title=f"targets made by real Mahimahi (cubic, reno, bbr): the calibration's winner vs the "
                         f"truth (rate Mbit/s / delay ms / queue packets / loss; {budget} evaluations per link kind)")
@@ -407,7 +417,7 @@ def print_mahimahi_targets(rows: list[dict[str, Any]], budget: int) -> None:
     Console(width=max(console.width, 200)).print(table)
     for r in rows:
         if r["ranges"]:
-            shown = ", ".join(f"{n} {lo:.3g}–{hi:.3g}" for n, (lo, hi) in r["ranges"].items())
+            shown = ", ".join(_range_text(n, lo, hi) for n, (lo, hi) in r["ranges"].items())
             console.print(f"{r['target']} {r['optimizer']}: ranges {shown}", highlight=False)
     console.print(f"goals: f ≤ 1.5 × floor; where the floor is below {LOW_FLOOR_PCT:g} %, rate within 5 %, delay "
                   f"within 2 ms, queue within 25 %, loss within 30 %; elsewhere the truth inside the ranges.",

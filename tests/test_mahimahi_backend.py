@@ -56,7 +56,7 @@ def test_the_engine_command_line_carries_the_backend(tmp_path):
 def test_emulate_refuses_a_mahimahi_backend_without_a_user_before_writing_anything(tmp_path):
     data_dir = tmp_path / "d"
     result = subprocess.run(CALIBRATE + ["emulate", "--emulator", "mm-delay 20 mm-link 12mbps.trace 12mbps.trace",
-                                         "--schemes", "cubic", "--runtime", "5", "--data-dir", str(data_dir),
+                                         "--schemes", "cubic", "--runtime", "5", "--out", str(data_dir),
                                          "--backend", "mahimahi"], capture_output=True, text=True)
     assert result.returncode == 2, result.stderr
     assert "--mahimahi-user" in result.stderr and "Traceback" not in result.stderr
@@ -102,9 +102,10 @@ def test_a_kernel_flow_through_real_mahimahi_is_measured_like_the_engines(tmp_pa
     assert result.summary["backend"] == "mahimahi"
     stats = analyze_datalink_log(logs.datalink)
     total = stats.total
-    # The 12 Mbit/s link is full; the one-way delay is at least the 20 ms plus a link slot, and
-    # with a 100-packet DropTail queue at most about 20 + 100 + a few ms.
-    assert 10.5 < total.tput_mbps < 12.2
+    # With 1 % loss on a 40 ms RTT cubic cannot fill the 12 Mbit/s link (about 1.22 MSS/(RTT sqrt p),
+    # some 4 Mbit/s); the one-way delay is at least the 20 ms plus a link slot, and with a
+    # 100-packet DropTail queue at most about 20 + 100 + a few ms.
+    assert 2 < total.tput_mbps < 12.2
     assert stats.capacity_mbps == pytest.approx(12.0, rel=0.01)  # the mm-link log's opportunities
     assert 21 < total.delay_ms < 130
     # Mahimahi's loss is after the link: about 1 % of the data plus the queue's overflow.
@@ -112,7 +113,7 @@ def test_a_kernel_flow_through_real_mahimahi_is_measured_like_the_engines(tmp_pa
     head = logs.uplink.read_text().splitlines()[:4]
     assert head[0].startswith("# mahimahi mm-link (Uplink)") and "droptail [packets=100]" in head[2]
     assert result.summary["uplink"]["tap_dropped_packets"] == 0
-    assert result.summary["uplink"]["arrived_packets"] > 5000
+    assert result.summary["uplink"]["arrived_packets"] > 1500
     acks = analyze_datalink_log(logs.acklink).total
     assert acks.departed_packets > 1000 and 20 < acks.delay_ms < 25  # delay + one ACK slot
     assert _leftovers() == before
@@ -125,7 +126,7 @@ def test_emulate_through_real_mahimahi_writes_pantheons_data_dir(tmp_path):
     data_dir = tmp_path / "d"
     result = subprocess.run(CALIBRATE + ["emulate", "--emulator", "mm-delay 10 mm-link 24mbps.trace 24mbps.trace "
                                          "--uplink-queue=droptail --uplink-queue-args=packets=50",
-                                         "--schemes", "bbr", "--runtime", "5", "--data-dir", str(data_dir),
+                                         "--schemes", "bbr", "--runtime", "5", "--out", str(data_dir),
                                          "--backend", "mahimahi", "--mahimahi-user", USER, "--json"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
