@@ -35,8 +35,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from calibrate import trace as traces
 from calibrate.errors import InputError
+
+#: significant digits of a loss rate and a rate as command lines and descriptions print them: a
+#: loss of 0.0102 vs 0.010199999999999996 or a rate of 10.08 vs 10.0757 Mbit/s is well inside
+#: what any measurement can tell apart, and the float noise of the search is not a parameter
+SHOWN_DIGITS = 4
 
 LinkKind = Literal["constant", "poisson"]
 QueueKind = Literal["infinite", "droptail", "drophead"]
@@ -126,6 +133,20 @@ class EmulatorConfig:
         rate = f"{self._rate(direction):g}"
         return f"{rate}mbps.trace" if self.link == "constant" else f"{rate}mbps-poisson-{self.trace_seed}.trace"
 
+    def check_trace_files(self) -> None:
+        """Read the trace files given (not the generated ones) with Mahimahi's rules, so that an
+        empty, decreasing, all-zero or garbled trace is refused before anything runs or is
+        written (`calibrate.trace.describe` asks the engine, which reads them the same way)."""
+        for direction, given in (("uplink", self.uplink_trace), ("downlink", self.downlink_trace)):
+            if given is None:
+                continue
+            try:
+                traces.describe(Path(given))
+            except InputError as error:
+                detail = str(error).removeprefix("bad trace: ")
+                raise InputError(f"bad {direction} trace {detail}; a Mahimahi trace has one whole "
+                                 f"millisecond per line, nondecreasing, the last one above 0") from None
+
     def trace_paths(self, directory: Path) -> tuple[Path, Path]:
         """Paths of both traces, generating the ones that are not files into ``directory``."""
         paths = []
@@ -147,8 +168,8 @@ class EmulatorConfig:
 
     def _shells(self) -> list[str]:
         shells = [f"mm-delay {self.delay_ms}"] if self.delay_ms else []
-        shells += [f"mm-loss uplink {self.uplink_loss!r}"] if self.uplink_loss else []
-        shells += [f"mm-loss downlink {self.downlink_loss!r}"] if self.downlink_loss else []
+        shells += [f"mm-loss uplink {shown(self.uplink_loss)}"] if self.uplink_loss else []
+        shells += [f"mm-loss downlink {shown(self.downlink_loss)}"] if self.downlink_loss else []
         return shells
 
     def _link_args(self) -> list[str]:
@@ -183,14 +204,14 @@ class EmulatorConfig:
                 args += [f"--{direction}-queue", queue.kind, f"--{direction}-queue-args", queue.args()]
         for direction, loss in (("uplink", self.uplink_loss), ("downlink", self.downlink_loss)):
             if loss:
-                args += [f"--{direction}-loss", repr(loss)]
+                args += [f"--{direction}-loss", shown(loss)]
         return args + ["--seed", str(self.loss_seed)]
 
     def describe(self) -> str:
         """A short human description, e.g. ``12 Mbit/s constant, 20 ms, droptail 100 pkts, loss 0``."""
-        rate = f"{self.rate_mbps:g} Mbit/s" if self.rate_mbps else self.trace_name("uplink")
+        rate = f"{shown(self.rate_mbps)} Mbit/s" if self.rate_mbps else self.trace_name("uplink")
         queue = "infinite queue" if self.queue.kind == "infinite" else f"{self.queue.kind} {self.queue.args()}"
-        return f"{rate} {self.link}, {self.delay_ms} ms, {queue}, loss {self.uplink_loss:g}"
+        return f"{rate} {self.link}, {self.delay_ms} ms, {queue}, loss {shown(self.uplink_loss)}"
 
     def for_run(self, run_id: int) -> EmulatorConfig:
         """The path as run `run_id` emulates it: the same traces (`trace_seed`), its own losses.
@@ -333,6 +354,15 @@ class EmulatorConfig:
             uplink_trace=up_file,
             downlink_trace=down_file,
         )
+
+
+def shown(value: float) -> str:
+    """A loss rate or rate as commands and descriptions show it: `SHOWN_DIGITS` significant
+    digits, positional (``0.0102``, ``0.000001074``, ``1``), which parses back within that
+    precision.  Trace names keep their rate to 6 digits (`EmulatorConfig.trace_name`): they name
+    the files an export ships, and parse back to the rate that regenerates them."""
+    return np.format_float_positional(value, precision=SHOWN_DIGITS, unique=False, fractional=False,
+                                      trim="-")
 
 
 _TRACE_NAME = re.compile(r"(?P<rate>\d+(?:\.\d+)?)mbps(?P<poisson>-poisson(?:-(?P<seed>\d+))?)?\.trace")

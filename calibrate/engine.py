@@ -2,13 +2,16 @@
 
 The engine does the real-time work and cleans up after itself (namespaces, TUN devices and
 every endpoint process). This module builds its command line from an `EmulatorConfig`, runs
-it, and reads back its JSON summary.
+it, and reads back its JSON summary.  The engine's temporary files (the Mahimahi backend's
+working directory excepted) go into its work directory (`TMPDIR`), so they go wherever it goes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +25,10 @@ Side = Literal["sender", "receiver"]
 
 #: Exit statuses of calibrate-link: 2 bad input, 3 host cannot run it, 1 failed while running.
 BAD_INPUT, HOST_PROBLEM = 2, 3
+
+#: seconds between checks, while the engine runs, for a request to stop it (`run`'s `stop`, or a
+#: KeyboardInterrupt a Ray task's cancellation raises between two Python instructions)
+POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -140,23 +147,39 @@ def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: P
 
 def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
         logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True,
-        backend: Backend = Backend()) -> EngineResult:
+        backend: Backend = Backend(), stop: threading.Event | None = None) -> EngineResult:
     """Run one emulation to its end. With ``check``, a failure raises a typed error that
-    carries the engine's one-line message."""
+    carries the engine's one-line message.  Setting ``stop`` (from another thread) stops the
+    engine and raises KeyboardInterrupt here, as Ctrl-C does."""
     if not endpoints:
         raise InputError("an emulation needs at least one endpoint command")
     args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s,
                    backend=backend)
     summary_path = Path(workdir) / "engine-summary.json"
     summary_path.unlink(missing_ok=True)
+    # The engine's temporary files go into workdir, a scratch directory removed however the run
+    # ends.  The Mahimahi backend's shells run as the Mahimahi user, who must reach theirs: they
+    # stay in the system's temporary directory (the engine removes them on exit and on SIGTERM).
+    env = dict(os.environ) if backend.name == "mahimahi" else {**os.environ, "TMPDIR": str(Path(workdir).resolve())}
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=env)
     try:
-        stdout, stderr = process.communicate()
+        while True:
+            try:
+                stdout, stderr = process.communicate(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                if stop is not None and stop.is_set():
+                    raise KeyboardInterrupt from None
     except BaseException:
-        # Ctrl-C or an error here: the engine tears everything down on SIGTERM.
+        # Ctrl-C, a cancelled task, a stop or an error here: the engine tears everything down
+        # on SIGTERM (reading its pipes meanwhile, so it cannot block on a full one)
         process.terminate()
-        process.wait()
+        try:
+            process.communicate(timeout=60)
+        except BaseException:
+            process.kill()
+            process.wait()
         raise
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = EngineResult(process.returncode, summary, stderr)

@@ -25,3 +25,26 @@ class RunFailed(CalibrateError):
     """An emulation or a scheme endpoint failed while running."""
 
     exit_code = 4
+
+
+class RunBusy(InputError):
+    """A run directory has a writer already (`calibrate.runs.lock`); `holder` says who."""
+
+    def __init__(self, message: str, holder: object = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class Notice(UserWarning):
+    """Something a person should know that stops nothing (a journal's torn last line, say),
+    issued with `warnings.warn(text, Notice)`; the CLI prints it as one line,
+    ``calibrate: note: text``."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process was asked to stop by a signal (SIGTERM; SIGINT is Python's own
+    KeyboardInterrupt).  A KeyboardInterrupt, so that every cleanup written for Ctrl-C runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -9,7 +9,9 @@ RUN_DIR/export/ (or ``out``):
   evaluations (and how many the local refinement made), per parameter the range of values
   indistinguishable from the incumbent (`calibrate.ranges`; null with a note where no model
   can say); the run's wall time; provenance (target, run settings, calibrate version, export
-  time); ``files``, every file of the export.
+  time); ``files``, every file of the export; ``units`` and ``fields``, what the numbers are
+  (`fields_text`: delay_ms one-way, what f and its noise are, why noise can be null, whether
+  the loss error is part of f).
 - ``mahimahi.txt``, ``pantheon_args.txt``, ``engine.txt``: the winner as a Mahimahi command line,
   as Pantheon ``test.py local`` arguments, and as this project's engine command
   (``calibrate-link``; with no endpoints it opens a shell, like mm-link);
@@ -171,6 +173,34 @@ def _scheme_rows(rows: Sequence[Mapping[str, Any]], ours: Mapping[str, str]) -> 
              "failures": r.get("failures", [])} for r in rows]
 
 
+def fields_text(include_loss: bool) -> dict[str, str]:
+    """emulator.json's ``fields``: what its less obvious keys mean, for a reader of the file."""
+    loss_term = ("it is part of f: this run was made with --include-loss" if include_loss else
+                 "it is reported, not part of f (a run made with --include-loss adds it as a third "
+                 "term)")
+    return {
+        "rate_mbps": "bottleneck rate of IP packets, Mbit/s, both directions (the traces)",
+        "delay_ms": "one-way propagation delay added in each direction (mm-delay), ms; the round "
+                    "trip is 2 x delay_ms plus the link's transmission and queueing time",
+        "queue_packets": "DropTail limit of the uplink queue, packets waiting (mm-link "
+                         "--uplink-queue-args=packets=N)",
+        "uplink_loss": "i.i.d. loss probability of data packets (mm-loss uplink), a fraction",
+        "seed": "the search's emulator seed: it makes Poisson traces and the engine command's "
+                "loss draws",
+        "f": "the replication error of the Pantheon paper (5.2), %: the mean over the scored "
+             "schemes of the relative throughput error and the relative p95 one-way delay error "
+             "between the real path and this emulator, each scheme run `replicates` times; "
+             "lower is better",
+        "noise": "the standard error of f, %, from the spread of the replicates (delta method); "
+                 "null where it could not be estimated (no scheme had two valid replicates, e.g. "
+                 "a run with --replicates 1)",
+        "floor": "the f an exact emulator would still show through the replicates' scatter, %",
+        "loss_error_pct": f"the relative error of the loss rate, %; {loss_term}",
+        "ranges": "per parameter, the values whose f the search's model cannot tell from the "
+                  "winner's (ranges_note says how they were found, or why there are none)",
+    }
+
+
 def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                  files: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """emulator.json's content.  ``emulators``/``files``: per link kind with an incumbent, its
@@ -211,6 +241,7 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
         "units": {"f, noise, floor, errors_pct, error_pct": "percent",
                   "loss, uplink_loss": "fraction", "paths": "relative to this directory",
                   "ranges": "[low, high] in the unit of the emulator key it is under"},
+        "fields": fields_text(bool((meta.get("config") or {}).get("include_loss"))),
         "provenance": {
             "target": {"name": target.name, "workload": target.workload.to_json(),
                        "provenance": target.provenance.to_json()},
@@ -244,13 +275,21 @@ def _f_text(entry: Mapping[str, Any]) -> str:
 
 
 def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
+    """Write `figure3` to each of `outs`."""
+    fig = figure3(report)
+    for out in outs:
+        fig.savefig(out, dpi=150)
+
+
+def figure3(report: Mapping[str, Any]) -> Any:
     """The Pantheon paper's Figure 3 from a report: per scheme a filled dot at the real (p95
     one-way delay, throughput), an open one at the emulated, joined by a line; one panel per
-    link kind with an incumbent."""
-    from calibrate.summary_plot import delay_axis, scheme_style
+    link kind with an incumbent (a matplotlib Figure, laid out)."""
+    from calibrate.summary_plot import delay_axis, keep_labels_inside, scheme_style, wrap_title
 
     panels = [(link, entry) for link, entry in report["links"].items() if "schemes" in entry]
-    fig = _figure(6.5 * len(panels), 5.5)
+    fig = _figure(6.5 * len(panels) + 1.2, 5.5)  # + the legend's column, right of the panels
+    labels = []
     for i, (link, entry) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         delays: list[float] = []
@@ -269,24 +308,25 @@ def plot_figure3(report: Mapping[str, Any], outs: Sequence[Path]) -> None:
                 delays.append(ex)
             else:
                 name += " (no emulated run)"
-            ax.annotate(name, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=8)
+            labels.append(ax.annotate(name, (x, y), xytext=(5, 4), textcoords="offset points",
+                                      fontsize=8))
         delay_axis(ax, delays)
         ax.grid(True, which="both", alpha=0.3)
         mark = ", winner" if entry["winner"] else ""
-        ax.set_title(f"{link} deliveries{mark}: {_f_text(entry)}\n"
-                     f"{entry['emulator']['description']}", fontsize=9)
+        ax.set_title(wrap_title(f"{link} deliveries{mark}: {_f_text(entry)}\n"
+                                f"{entry['emulator']['description']}", 6.0, 9), fontsize=9)
         ax.text(0.5, -0.13, textwrap.fill(entry["ranges_text"], width=90), transform=ax.transAxes,
                 ha="center", va="top", fontsize=8, color="dimgray")
-    ax = fig.axes[0]
+    ax = fig.axes[-1]  # the legend right of the last panel, outside the data
     ax.scatter([], [], s=55, color="gray", edgecolors="black", linewidths=0.5, label="real")
     ax.scatter([], [], s=55, facecolors="white", edgecolors="gray", linewidths=1.5, label="emulated")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
     prov = report["provenance"]["target"]["provenance"]
     title = " · ".join(p for p in (report["target"], prov.get("path_description")) if p)
     fig.suptitle(textwrap.shorten(title, width=60 * len(fig.axes), placeholder=" …"), fontsize=11)
     fig.tight_layout()
-    for out in outs:
-        fig.savefig(out, dpi=150)
+    keep_labels_inside(fig, labels)
+    return fig
 
 
 def plot_convergence(records: Sequence[Evaluation], out: Path,
@@ -348,6 +388,29 @@ def _previous_files(out: Path) -> set[str]:
     if not isinstance(old, dict) or old.get("format") != EXPORT_FORMAT:
         return set()
     return {f for f in old.get("files", []) if isinstance(f, str)}
+
+
+def foreign_files(out: Path | str, run_dir: Path | str) -> list[str]:
+    """What in the directory ``out`` an export of ``run_dir`` would write over or beside without
+    it being that run's earlier export: its entries (sorted), or [] when it is missing, empty,
+    or holds an export of this very run (which a new export replaces)."""
+    out = Path(out)
+    try:
+        entries = sorted(p.name for p in out.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if not entries:
+        return []
+    try:
+        old = read_json(out / REPORT, what="previous export")
+    except InputError:
+        return entries
+    run = ((old.get("provenance") or {}).get("run") or {}) if isinstance(old, dict) else {}
+    earlier = run.get("run_dir") if isinstance(run, dict) else None
+    if (isinstance(old, dict) and old.get("format") == EXPORT_FORMAT and isinstance(earlier, str)
+            and os.path.realpath(earlier) == os.path.realpath(run_dir)):
+        return []
+    return entries
 
 
 def _publish(staging: Path, out: Path) -> list[str]:

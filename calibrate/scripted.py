@@ -20,12 +20,13 @@ import math
 import random
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from calibrate import engine, installed_version
+from calibrate import engine, installed_version, scratch
 from calibrate.emulator import EmulatorConfig
 from calibrate.engine import Endpoint, Logs
 from calibrate.errors import EnvironmentProblem, InputError
@@ -46,7 +47,8 @@ ENGINE_NAME = "calibrate-link"
 
 
 def check_workload(workload: Workload) -> None:
-    """test.py's rules on -f, --interval, -t and --run-times, as one-line errors."""
+    """test.py's rules on -f, --interval, -t and --run-times (`calibrate emulate --replicates`),
+    as one-line errors."""
     if isinstance(workload.flows, bool) or not isinstance(workload.flows, int) or workload.flows < 1:
         raise InputError(f"--flows must be a whole number >= 1, got {workload.flows!r} (Pantheon's "
                          "-f 0, no tunnel, has no equivalent: every flow is measured at the link)")
@@ -60,7 +62,7 @@ def check_workload(workload: Workload) -> None:
                          f"exceeds the runtime {workload.runtime_s:g} s; the last flow would never "
                          "start (lower --interval or --flows, or raise --runtime)")
     if workload.run_times is not None and workload.run_times < 1:
-        raise InputError(f"--run-times must be >= 1, got {workload.run_times}")
+        raise InputError(f"--replicates (runs per scheme) must be >= 1, got {workload.run_times}")
 
 
 def stop_after_s(workload: Workload) -> float:
@@ -142,13 +144,16 @@ class RunOutcome:
 
 def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: Workload,
                data_dir: Path | str, *, cc: str | None = None, grace_s: float = 2.0,
-               backend: engine.Backend = engine.Backend()) -> RunOutcome:
+               backend: engine.Backend = engine.Backend(),
+               stop: threading.Event | None = None) -> RunOutcome:
     """Run one scheme once over one emulator, Pantheon-style, and measure it (over our engine,
     or through the user's real Mahimahi shells with `backend`).
 
     Writes `<cc>_{datalink,acklink,mm_datalink,mm_acklink,stats}_run<N>.log` into `data_dir`
-    (`cc` defaults to the scheme's name).  A failed run is returned with its reason, not
-    raised; only a problem with the input or the host raises (InputError, EnvironmentProblem).
+    (`cc` defaults to the scheme's name); the engine's traces and temporary files live in a
+    scratch directory (`calibrate.scratch`) for the length of the run.  A failed run is
+    returned with its reason, not raised; only a problem with the input or the host raises
+    (InputError, EnvironmentProblem), and an interruption (KeyboardInterrupt; `stop` set).
     """
     check_workload(workload)
     if not scheme.available:
@@ -164,13 +169,13 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     # Each run draws its own i.i.d. losses (replicates must be independent, as real runs are);
     # the traces stay the ones the emulator's trace seed made, so every run sees the same path.
     run = emulator.for_run(run_id)
-    with tempfile.TemporaryDirectory(prefix=f"calibrate-{cc}-run{run_id}-") as workdir:
+    with scratch.directory(f"{cc}-run{run_id}") as workdir:
         up, down = run.trace_paths(Path(workdir))
         config = replace(run, uplink_trace=up, downlink_trace=down)
         launched = dt.datetime.now(dt.UTC)
         result = engine.run(config, flow_endpoints(scheme, workload), workdir=Path(workdir),
                             stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
-                            backend=backend)
+                            backend=backend, stop=stop)
         summary_file = Path(workdir) / "engine-summary.json"
         if summary_file.exists():
             shutil.copyfile(summary_file, paths.engine_summary)
@@ -297,18 +302,21 @@ def prepare_data_dir(data_dir: Path | str) -> Path:
     """Create the data dir, or say in one line why it cannot be written."""
     directory = Path(data_dir).expanduser()
     if directory.exists() and not directory.is_dir():
-        raise InputError(f"--data-dir {directory} exists and is not a directory")
+        raise InputError(f"--out {directory} exists and is not a directory; choose a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".calibrate-write-test-"):
             pass
     except OSError as error:
-        raise InputError(f"--data-dir {directory} is not writable ({error.strerror or error}); "
+        raise InputError(f"--out {directory} is not writable ({error.strerror or error}); "
                          "choose another directory") from None
     return directory
 
 
 Progress = Callable[[str, str, int, "RunOutcome | None"], None]  # (event, cc, run, outcome)
+
+#: the engine's stop reasons when a signal stopped it (the user's Ctrl-C reaches it too)
+SIGNAL_STOPS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "a signal")
 
 
 def run_experiment(experiment: Experiment, progress: Progress | None = None) -> list[RunOutcome]:
@@ -321,13 +329,18 @@ def run_experiment(experiment: Experiment, progress: Progress | None = None) -> 
     data_dir = prepare_data_dir(experiment.data_dir)
     (data_dir / METADATA).write_text(json.dumps(metadata(experiment), sort_keys=True, indent=4) + "\n")
     schemes = dict(experiment.schemes)
+    stop = threading.Event()
 
     def one(job: tuple[int, str]) -> RunOutcome:
         run_id, label = job
+        if stop.is_set():
+            raise KeyboardInterrupt
         if progress:
             progress("start", label, run_id, None)
         outcome = run_scheme(experiment.emulator, schemes[label], run_id, experiment.workload,
-                             data_dir, cc=label, backend=experiment.backend)
+                             data_dir, cc=label, backend=experiment.backend, stop=stop)
+        if outcome.stop_reason in SIGNAL_STOPS:  # stopped, not done: the user interrupted
+            raise KeyboardInterrupt
         if progress:
             progress("done", label, run_id, outcome)
         return outcome
@@ -336,8 +349,9 @@ def run_experiment(experiment: Experiment, progress: Progress | None = None) -> 
     try:
         outcomes = list(pool.map(one, experiment.runs()))
     finally:
-        # On Ctrl-C or a host problem, runs not yet started must not start (the running engines
-        # got the signal too, or fail the same way, and clean up after themselves).
+        # On Ctrl-C, SIGTERM or a host problem, runs not yet started must not start, and the
+        # running engines are stopped (they clean up after themselves).
+        stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
     write_perf(data_dir, outcomes, [label for label, _ in experiment.schemes])
     return outcomes

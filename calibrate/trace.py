@@ -92,12 +92,14 @@ def poisson_nominal_rate(effective_mbps: float) -> float:
 
 
 def write(times: np.ndarray, path: Path) -> Path:
-    """Write a trace file atomically (a reader never sees half of it)."""
+    """Write a trace file atomically (a reader never sees half of it), readable by every user
+    (Mahimahi's shells run as an unprivileged one)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join(str(int(t)) for t in times) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it 0600
         with os.fdopen(fd, "w") as out:
             out.write(text)
         os.replace(tmp, path)

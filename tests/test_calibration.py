@@ -72,7 +72,7 @@ def _measure(tmp_path_factory, emulator: str) -> Path:
     """Three runs of each scheme over a hidden emulator, in Pantheon's data-dir layout."""
     data_dir = tmp_path_factory.mktemp("synthetic") / "data"
     _calibrate("emulate", "--emulator", emulator, "--schemes", SCHEMES, "--runtime", RUNTIME,
-               "--run-times", "3", "--parallel", "2", "--data-dir", str(data_dir))
+               "--replicates", "3", "--parallel", "2", "--out", str(data_dir))
     return data_dir
 
 
@@ -89,7 +89,7 @@ def lossy_target(tmp_path_factory) -> Path:
 def _score(target: Path, emulator: str, seed: int, out: Path) -> dict:
     """`calibrate score`: f of one emulator against the target, on runs of its own seed."""
     _calibrate("score", str(target), "--emulator", emulator, "--runtime", RUNTIME,
-               "--replicates", "3", "--seed", str(seed), "--json", str(out), "--quiet")
+               "--replicates", "3", "--seed", str(seed), "--json-out", str(out), "--quiet")
     return json.loads(out.read_text())
 
 

@@ -248,10 +248,10 @@ def test_errors_name_the_problem_and_leave_nothing(tmp_path):
 
     run_dir = make_run(tmp_path / "broken")
     (run_dir / JOURNAL).write_text('{"link": "constant"}\n')
-    with pytest.raises(InputError, match="evaluation 1 lacks"):
+    with pytest.raises(InputError, match=r"evaluations\.jsonl:1 \(evaluation 1\) lacks"):
         export(run_dir)
     (run_dir / JOURNAL).write_text("{not json\n")
-    with pytest.raises(InputError, match="malformed journal line"):
+    with pytest.raises(InputError, match=r"evaluations\.jsonl:1:2: not a JSON record.*delete that line"):
         export(run_dir)
     (run_dir / "run.json").write_text("[1, 2")
     with pytest.raises(InputError, match="run.json.*malformed run settings"):

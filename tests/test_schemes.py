@@ -84,7 +84,7 @@ def test_commands_follow_pantheons_contract():
 
 
 def test_unknown_scheme_is_a_one_line_error_listing_the_available(tmp_path):
-    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic,nosuch", "--data-dir", str(tmp_path / "d"))
+    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic,nosuch", "--out", str(tmp_path / "d"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "unknown scheme 'nosuch'" in result.stderr and "udp-copa" in result.stderr
@@ -96,15 +96,15 @@ def test_unknown_scheme_is_a_one_line_error_listing_the_available(tmp_path):
     (["--runtime", "0"], "--runtime must be in (0, 60]"),
     (["--flows", "3", "--interval", "11", "--runtime", "20"], "exceeds the runtime"),
     (["--flows", "0"], "--flows must be"),
-    (["--run-times", "0"], "--run-times must be"),
+    (["--replicates", "0"], "--replicates (runs per scheme) must be"),
     (["--parallel", "0"], "--parallel must be"),
     (["--interval", "nan"], "--interval must be"),
     (["--runtime", "abc"], "invalid float value"),
     (["--emulator", "mm-link"], "mm-link UPLINK-TRACE DOWNLINK-TRACE"),
-    (["--data-dir", "/proc/calibrate-test"], "not writable"),
+    (["--out", "/proc/calibrate-test"], "not writable"),
 ])
 def test_bad_arguments_give_one_line_errors(tmp_path, args, message):
-    base = {"--emulator": PATH_12, "--schemes": "cubic", "--data-dir": str(tmp_path / "d")}
+    base = {"--emulator": PATH_12, "--schemes": "cubic", "--out": str(tmp_path / "d")}
     for key, value in zip(args[::2], args[1::2], strict=True):
         base[key] = value
     result = cli("emulate", *[x for kv in base.items() for x in kv])
@@ -115,7 +115,7 @@ def test_bad_arguments_give_one_line_errors(tmp_path, args, message):
 
 def test_a_data_dir_with_results_is_not_overwritten_by_accident(tmp_path):
     (tmp_path / "cubic_datalink_run1.log").write_text("")
-    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic", "--data-dir", str(tmp_path))
+    result = cli("emulate", "--emulator", PATH_12, "--schemes", "cubic", "--out", str(tmp_path))
     assert result.returncode == 2 and "--overwrite" in result.stderr
     assert (tmp_path / "cubic_datalink_run1.log").exists()
 

@@ -32,7 +32,7 @@ def every_scheme(tmp_path_factory):
     """`calibrate emulate --schemes all`: 20 s single flows, two engines at a time."""
     data_dir = tmp_path_factory.mktemp("all") / "data"
     result = subprocess.run([CALIBRATE, "emulate", "--emulator", PATH_12, "--schemes", "all", "--runtime", "20",
-                             "--run-times", "1", "--parallel", "2", "--data-dir", str(data_dir), "--json"],
+                             "--replicates", "1", "--parallel", "2", "--out", str(data_dir), "--json"],
                             capture_output=True, text=True, timeout=600)
     report = json.loads(result.stdout)
     runs = {run["cc"]: run for run in report["runs"]}

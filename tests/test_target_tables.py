@@ -147,7 +147,7 @@ def test_cli_show_nepal_table_and_json(main, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "default_tcp" in out and "5.08 ± 1.16" in out and "271.54 ± 9.00" in out
     out_file = tmp_path / "nepal.json"
-    assert main(["target", "show", "nepal", "--json", "--write", str(out_file)]) == 0
+    assert main(["target", "show", "nepal", "--json", "--json-out", str(out_file)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out_file.read_text())
     assert printed["format"] == "calibrate-target" and len(printed["schemes"]) == 13

@@ -23,7 +23,71 @@ from calibrate.schemes import Registry, load_registry
 
 TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
                "data directory, a summary table (CSV, JSON, compare_two_experiments text), a saved "
-               "target JSON, or a bundled name (nepal)")
+               "target JSON, or a bundled name (nepal, or bundled:nepal where a file or directory "
+               "here has that name)")
+
+
+# ----------------------------------------------------------------------------------------------
+# One vocabulary (README, "Options"): every output path is --out; --json prints JSON on stdout
+# instead of tables, --json-out FILE writes it to FILE as well; --runtime S, --replicates N and
+# --schemes A,B|all mean the same in every command.  The spellings they replaced stay, hidden
+# from --help, for one release.
+
+
+class _OldSpelling(argparse.Action):
+    """An option's former spelling: stores into the new option's place and says, on stderr,
+    what it is called now."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"calibrate: note: {option_string} is now spelled {self.new}; the old spelling "
+              f"goes in a later release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def old_spelling(parser: argparse.ArgumentParser | Any, old: str, new: str, dest: str,
+                 **kwargs: Any) -> None:
+    """Keep `old` working as `new` (stored in `dest`), hidden from --help.  Add it after `new`,
+    whose default then stands."""
+    parser.add_argument(old, dest=dest, action=_OldSpelling, new=new, help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **kwargs)
+
+
+def parse_schemes(text: str | None, option: str = "--schemes") -> tuple[str, ...]:
+    """--schemes A,B|all: the labels named, or () for every scheme (`all`, or no option)."""
+    if text is None:
+        return ()
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not names:
+        raise InputError(f"{option} is empty: name schemes (e.g. {option} cubic,vegas), give "
+                         f"`{option} all` for every one, or leave the option out")
+    if "all" in names:
+        if len(names) > 1:
+            raise InputError(f"{option} {text}: `all` means every scheme; give it alone")
+        return ()
+    return names
+
+
+def parse_links(text: str | None) -> tuple[str, ...]:
+    """--links KINDS: the link kinds named (checked), or () when the option is not given."""
+    from calibrate.runs.config import LINK_KINDS
+
+    if text is None:
+        return ()
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if not kinds:
+        raise InputError(f"--links is empty: give {' or '.join(LINK_KINDS)}, or both "
+                         f"({','.join(LINK_KINDS)})")
+    unknown = [k for k in kinds if k not in LINK_KINDS]
+    if unknown:
+        raise InputError(f"--links {text}: unknown link kind {unknown[0]!r}; the kinds are "
+                         f"{' and '.join(LINK_KINDS)} (e.g. --links {LINK_KINDS[0]}, or --links "
+                         f"{','.join(LINK_KINDS)} for both)")
+    return kinds
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,8 +172,8 @@ def add_evaluation_options(parser: argparse.ArgumentParser) -> None:
 
     d = RunConfig(target="")
     parser.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    parser.add_argument("--schemes", metavar="A,B", help="target schemes to score (labels or "
-                        "names; default: every one this host runs)")
+    parser.add_argument("--schemes", metavar="A,B|all", help="target schemes to score (labels or "
+                        "names), or all (the default): every one this host runs")
     parser.add_argument("--runtime", type=float, default=d.runtime_s, metavar="S",
                         help="seconds per scheme run, Pantheon's -t (default: %(default)s)")
     parser.add_argument("--replicates", type=int, default=d.replicates, metavar="K",
@@ -129,8 +193,7 @@ def run_config(args: argparse.Namespace, **search: Any):
     """RunConfig from `add_evaluation_options` (plus a search's own settings)."""
     from calibrate.runs.config import RunConfig
 
-    schemes = tuple(s.strip() for s in (args.schemes or "").split(",") if s.strip())
-    return RunConfig(target=args.target, schemes=schemes, runtime_s=args.runtime,
+    return RunConfig(target=args.target, schemes=parse_schemes(args.schemes), runtime_s=args.runtime,
                      replicates=args.replicates, seed=args.seed, aggregate=args.aggregate,
                      include_loss=args.include_loss,
                      pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
@@ -143,7 +206,8 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--address", help="join this Ray cluster (env RAY_ADDRESS); default: start "
                                          "an embedded one on this host")
     group.add_argument("--slots", type=int, metavar="N",
-                       help="embedded Ray only: engines at once (default: 4 per core)")
+                       help="engines at once (default: an embedded Ray's 4 per core, a joined cluster's "
+                            "slots; on an autoscaling cluster, the most it grows to)")
     group.add_argument("--quiet", action="store_true", help="no live display; one line per evaluation")
 
 
@@ -158,6 +222,42 @@ def ray_settings(args: argparse.Namespace):
 
 # ----------------------------------------------------------------------------------------------
 # Output
+
+
+def writable(path: Path, option: str, *, directory: bool = False) -> Path:
+    """Check, before any work starts, that the output `path` (`option`'s) can be written: a
+    file in an existing, writable directory; or a directory that exists or can be made (its
+    nearest existing parent is writable).  Nothing is created."""
+    import tempfile
+
+    path = Path(path).expanduser()
+    if path.is_dir() and not directory:
+        raise InputError(f"{option} {path} is a directory; give a file name in it, e.g. "
+                         f"{path / 'result.json'}")
+    if path.exists() and directory and not path.is_dir():
+        raise InputError(f"{option} {path} is a file, not a directory; choose another {option}")
+    if directory:
+        base = path
+        while not base.exists() and base != base.parent:
+            base = base.parent
+    else:
+        base = path.parent
+        if not base.is_dir():
+            raise InputError(f"cannot write {option} {path}: {base} is not a directory"
+                             + ("" if base.exists() else " (no such directory): create it first")
+                             + f", or choose another {option}")
+    if not base.is_dir():
+        raise InputError(f"cannot write {option} {path}: {base} is a file; choose another {option}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=base, prefix=".calibrate-write-test-"):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot write {option} {path}: {base} is not writable "
+                         f"({error.strerror or error}); choose another {option}") from None
+    if not directory and path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"cannot write {option} {path}: the file is not writable; choose another "
+                         f"{option}")
+    return path
 
 
 def fmt_f(value: float | None) -> str:

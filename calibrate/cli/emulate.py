@@ -16,7 +16,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from calibrate.cli.common import add_backend_options, add_pantheon_options, backend_from, registry_from
+from calibrate.cli.common import (
+    add_backend_options,
+    add_pantheon_options,
+    backend_from,
+    old_spelling,
+    registry_from,
+)
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.metrics import TOTAL, Aggregate, aggregate
@@ -50,12 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="flows per run (default: 1)")
     parser.add_argument("--interval", type=float, default=0.0, metavar="I",
                         help="seconds between flow starts; (flows-1) x interval <= runtime (default: 0)")
-    parser.add_argument("--run-times", type=int, default=1, metavar="N", help="runs per scheme (default: 1)")
+    parser.add_argument("--replicates", type=int, default=1, metavar="N",
+                        help="runs per scheme, Pantheon's --run-times (default: 1)")
+    old_spelling(parser, "--run-times", "--replicates", "replicates", type=int, metavar="N")
     parser.add_argument("--start-run-id", type=int, default=1, metavar="ID", help="first run id (default: 1)")
-    parser.add_argument("--data-dir", required=True, type=Path, metavar="D",
-                        help="where to write Pantheon's data-dir layout")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="the data directory to write, in Pantheon's layout (required)")
+    old_spelling(parser, "--data-dir", "--out", "out", type=Path, metavar="DIR")
     parser.add_argument("--overwrite", action="store_true",
-                        help="remove Pantheon files already in --data-dir first (otherwise refuse)")
+                        help="remove Pantheon files already in --out first (otherwise refuse)")
     parser.add_argument("--random-order", action="store_true",
                         help="shuffle the scheme order once (seeded by --seed), as test.py does")
     parser.add_argument("--parallel", type=int, default=1, metavar="K",
@@ -63,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "within the host's cores, or the schemes are measured CPU-starved")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seed of Poisson traces, the random order and the losses (default: 0)")
-    parser.add_argument("--json", action="store_true", help="print runs and per-scheme means as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the runs and per-scheme means as JSON on stdout instead of tables")
     add_pantheon_options(parser)
     add_backend_options(parser)
     parser.set_defaults(func=run)
@@ -81,7 +91,10 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
 
 def _experiment(args: argparse.Namespace) -> Experiment:
     """Every argument checked before anything runs."""
-    workload = Workload(args.flows, args.interval, args.runtime, args.run_times)
+    if args.out is None:
+        raise InputError("give --out DIR: the data directory to write the runs to, in Pantheon's "
+                         "layout")
+    workload = Workload(args.flows, args.interval, args.runtime, args.replicates)
     check_workload(workload)
     if args.start_run_id < 1:
         raise InputError(f"--start-run-id must be >= 1, got {args.start_run_id}")
@@ -90,12 +103,13 @@ def _experiment(args: argparse.Namespace) -> Experiment:
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
     emulator = EmulatorConfig.parse(args.emulator, trace_seed=args.seed)
+    emulator.check_trace_files()
     backend = backend_from(args)
     schemes = registry_from(args).select(args.schemes)
-    data_dir = prepare_data_dir(args.data_dir)
+    data_dir = prepare_data_dir(args.out)  # the first write: every input is checked by now
     existing = sorted(p for p in data_dir.iterdir() if _PANTHEON_FILE.match(p.name))
     if existing and not args.overwrite:
-        raise InputError(f"--data-dir {data_dir} already holds Pantheon results ({existing[0].name}, "
+        raise InputError(f"--out {data_dir} already holds Pantheon results ({existing[0].name}, "
                          f"{len(existing)} files); choose an empty directory or pass --overwrite")
     for path in existing:
         path.unlink()

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from calibrate.errors import InputError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="export directory (default: RUN_DIR/export); paths in its command "
                              "files are relative to it")
-    parser.add_argument("--json", action="store_true", help="print emulator.json instead of tables")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an --out that holds other files (another run's export, "
+                             "say), replacing those of the same names; otherwise refused")
+    parser.add_argument("--json", action="store_true",
+                        help="print emulator.json (the report, as JSON) on stdout instead of tables")
     parser.set_defaults(func=_export)
 
 
@@ -43,9 +49,23 @@ def _export(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from calibrate.cli.common import print_result
-    from calibrate.export import REPORT, load_run, write_export
+    from calibrate.cli import command_for_kind
+    from calibrate.cli.common import print_result, writable
+    from calibrate.export import REPORT, foreign_files, load_run, write_export
+    from calibrate.runs.journal import CALIBRATION, RunDir
 
+    if args.out is not None:  # before any work
+        writable(args.out, "--out", directory=True)
+    kind = RunDir.open(args.run_dir, None).kind
+    if kind != CALIBRATION:  # a study: its own command exports it
+        return int(command_for_kind(kind).export(args))
+    if args.out is not None and not args.overwrite:
+        there = foreign_files(args.out, args.run_dir)
+        if there:
+            shown = ", ".join(there[:3]) + (f" and {len(there) - 3} more" if len(there) > 3 else "")
+            raise InputError(f"--out {args.out} already holds files that are not an export of "
+                             f"{args.run_dir} ({shown}); choose a new or empty directory, or pass "
+                             f"--overwrite to write over files of the same names")
     run = load_run(args.run_dir)
     out = write_export(run, args.out)
     report = json.loads((out / REPORT).read_text())

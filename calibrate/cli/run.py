@@ -17,12 +17,13 @@ from calibrate.cli.common import (
     fmt_duration,
     fmt_f,
     load_target_of,
+    parse_links,
     print_result,
     ray_settings,
     require_root,
     run_config,
 )
-from calibrate.errors import InputError
+from calibrate.errors import CalibrateError, InputError
 from calibrate.space import PARAMETERS
 
 
@@ -62,7 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "resume", help="continue a calibration after a crash, Ctrl-C or kill -9",
         description="Continue the calibration in RUN_DIR: finished evaluations are kept (the "
         "optimizers are rebuilt from the journal); candidates that were running are proposed again.")
-    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                        help="the run directory of an interrupted `calibrate run`, `loo` or `ablate` "
+                             "(their --out; by default runs/<target>-<UTC time>)")
     add_ray_options(resume)
     resume.set_defaults(func=_resume)
 
@@ -72,13 +75,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _assignments(items: list[str], what: str) -> dict[str, str]:
+    form = {"fix": "NAME=VALUE, e.g. --fix loss=0", "bound": "NAME=LO:HI, e.g. --bound queue=10:400"}[what]
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
-        if not sep or name not in PARAMETERS:
-            raise InputError(f"--{what} {item!r}: expected NAME=VALUE with NAME one of "
-                             f"{', '.join(PARAMETERS)}")
+        if not sep:
+            raise InputError(f"--{what} {item!r}: expected {form}")
+        if name not in PARAMETERS:
+            raise InputError(f"--{what} {item!r}: unknown parameter {name!r}; the parameters are "
+                             f"{', '.join(PARAMETERS)} ({form})")
         out[name] = value.strip()
     return out
 
@@ -108,6 +114,9 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
 
 
 def default_run_dir(target: str) -> Path:
+    from calibrate.targets.load import BUNDLED_PREFIX
+
+    target = target.removeprefix(BUNDLED_PREFIX)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(target.rstrip("/")).name or "target").strip("-")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{stem or 'target'}-{stamp}"
@@ -173,7 +182,9 @@ class Display:
 # Commands
 
 
-def _calibrate(calibration: Any, args: argparse.Namespace) -> int:
+def _calibrate(calibration: Any, args: argparse.Namespace, settings: Any) -> int:
+    """Run (or continue) `calibration` to its end and export it; its run directory is claimed
+    (`RunDir.claim`) by the caller."""
     from calibrate.evaluation import Evaluator
     from calibrate.export import export
 
@@ -193,31 +204,56 @@ def _calibrate(calibration: Any, args: argparse.Namespace) -> int:
         if label not in unknown:
             print(f"calibrate: not scored: {label}: {why}", file=console_note)
     started = time.monotonic()
-    with Evaluator(ray_settings(args)) as evaluator, Display(live=not args.quiet) as display:
-        print(f"calibrate: Ray up in {time.monotonic() - started:.0f} s, {evaluator.slots} emulator "
-              f"slots", file=console_note)
-        result = calibration.run(evaluator, display)
-    exported = export(calibration.run_dir)
+    try:
+        with Evaluator(settings) as evaluator, Display(live=not args.quiet) as display:
+            print(f"calibrate: Ray up in {time.monotonic() - started:.0f} s, {evaluator.slots} "
+                  f"emulator slots", file=console_note)
+            result = calibration.run(evaluator, display)
+    except KeyboardInterrupt as interrupt:
+        interrupt.add_note(f"finished evaluations are kept; continue with `calibrate resume "
+                           f"{calibration.run_dir}`")
+        raise
+    try:
+        exported = export(calibration.run_dir)
+    except Exception as error:  # the result first (it is in result.json too), then the error
+        print_result(result, calibration.run_dir, None)
+        if not isinstance(error, (CalibrateError, OSError)):
+            raise
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise CalibrateError(f"the calibration is complete (above; {calibration.run_dir}/result.json) "
+                             f"but its export failed: {why}; export it again with `calibrate "
+                             f"export {calibration.run_dir}`") from None
     print_result(result, calibration.run_dir, exported)
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
-    from calibrate.runs.config import LINK_KINDS, links_for
+    from calibrate.runs.config import links_for
+    from calibrate.runs.journal import RunDir
     from calibrate.runs.loop import Calibration
 
-    requested = tuple(k.strip() for k in (args.links or "").split(",") if k.strip())
-    if args.links is not None and not requested:
-        raise InputError(f"--links is empty: give one or more of {', '.join(LINK_KINDS)}")
+    requested = parse_links(args.links)
+    settings = ray_settings(args)
+    run_dir = args.out or default_run_dir(args.target)
+    RunDir.check_new(run_dir)  # before the target is fetched: names a writer running there
     target = load_target_of(args)
     config = run_config(args, budget=args.budget, optimizer=args.optimizer, links=links_for(target, requested),
                         time_limit_s=args.time_limit, n_initial=args.n_initial,
                         fixed=parse_fixed(args.fix), bounds=parse_bounds(args.bound))
-    run_dir = args.out or default_run_dir(args.target)
-    return _calibrate(Calibration.start(run_dir, config, target), args)
+    require_root()
+    # every input is checked by now, or by Calibration.start before it writes run.json
+    with RunDir.claim(run_dir, make=True):
+        return _calibrate(Calibration.start(run_dir, config, target), args, settings)
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from calibrate.cli import command_for_kind
+    from calibrate.runs.journal import CALIBRATION, RunDir
     from calibrate.runs.loop import Calibration
 
-    return _calibrate(Calibration.open(args.run_dir), args)
+    kind = RunDir.open(args.run_dir, None).kind
+    if kind != CALIBRATION:  # a study: its own command continues it
+        return int(command_for_kind(kind).resume(args))
+    settings = ray_settings(args)
+    with RunDir.claim(args.run_dir):  # refused while another process writes it
+        return _calibrate(Calibration.open(args.run_dir), args, settings)

@@ -18,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="List the schemes (Pantheon's wrapper contract) this host can run, with their "
                     "aliases (Pantheon labels), which side runs first, notes where our "
                     "implementation is not the one Pantheon ran, and why any is unavailable.")
-    parser.add_argument("--json", action="store_true", help="print the registry as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the registry as JSON on stdout instead of tables")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="also show each scheme's description and its command lines")
     add_pantheon_options(parser)

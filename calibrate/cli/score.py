@@ -10,6 +10,7 @@ objective (f, its noise and floor, the per-scheme table).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,9 @@ from calibrate.cli.common import (
     require_root,
     run_config,
     scheme_rows,
+    writable,
 )
+from calibrate.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,8 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "10mbps.trace 10mbps.trace --uplink-queue=droptail "
                              "--uplink-queue-args=packets=50), Pantheon test.py arguments, or the "
                              "`emulator` line of a calibration's result")
-    parser.add_argument("--json", type=Path, metavar="FILE",
-                        help="also write f, its terms and the per-scheme table to FILE")
+    parser.add_argument("--json", nargs="?", const=True, default=False, metavar="FILE",
+                        help="print f, its terms and the per-scheme table as JSON on stdout instead "
+                             "of tables (--json FILE: the former spelling of --json-out FILE)")
+    parser.add_argument("--json-out", type=Path, metavar="FILE",
+                        help="also write that JSON to FILE (checked before anything runs)")
     add_ray_options(parser)
     parser.set_defaults(func=run)
 
@@ -52,8 +58,17 @@ def run(args: argparse.Namespace) -> int:
     from calibrate.runs.config import host_schemes, problem_of, registry_of, scheme_table, score_emulator
     from calibrate.runs.journal import jsonable, write_atomic
 
+    option = "--json-out"
+    if isinstance(args.json, str):  # --json FILE, the former spelling of --json-out FILE
+        print("calibrate: note: --json FILE is now spelled --json-out FILE (--json alone prints "
+              "the JSON); the old spelling goes in a later release", file=sys.stderr)
+        args.json_out, args.json, option = Path(args.json), False, "--json"
+    # every input and the output are checked before Ray starts
     config = run_config(args)
+    settings = ray_settings(args)
+    out = None if args.json_out is None else writable(args.json_out, option)
     emulator = EmulatorConfig.parse(args.emulator, trace_seed=args.seed)
+    emulator.check_trace_files()
     target = load_target_of(args)
     registry = registry_of(config)
     problem = problem_of(target, config, registry)
@@ -74,21 +89,29 @@ def run(args: argparse.Namespace) -> int:
                       highlight=False)
 
     started = time.monotonic()
-    with Evaluator(ray_settings(args)) as evaluator:
+    with Evaluator(settings) as evaluator:
         error = score_emulator(problem, config, schemes, evaluator, emulator, on_run)
     seconds = time.monotonic() - started
     table = scheme_table(error)
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(scheme_rows(table, f"per scheme: real vs emulated ({args.target})"))
-    console.print(f"f = {fmt_f(error.f)}  (noise {fmt_f(error.noise)}, floor {fmt_f(error.floor)}; "
-                  f"throughput {error.throughput:.1f} %, delay {error.delay:.1f} %, loss "
-                  f"{error.loss:.1f} %)  in {seconds:.0f} s", highlight=False)
+    report = jsonable({
+        "format": "calibrate-score", "target": args.target,
+        "emulator": emulator.mahimahi_command(), "config": config.to_json(),
+        "f": error.f, "noise": error.noise, "floor": error.floor,
+        "errors_pct": {"tput": error.throughput, "delay": error.delay, "loss": error.loss},
+        "schemes": table, "penalized": {str(k): v for k, v in error.penalized.items()},
+        "dropped": dict(problem.dropped), "seconds": round(seconds, 3)})
     if args.json:
-        write_atomic(args.json, jsonable({
-            "format": "calibrate-score", "target": args.target,
-            "emulator": emulator.mahimahi_command(), "config": config.to_json(),
-            "f": error.f, "noise": error.noise, "floor": error.floor,
-            "errors_pct": {"tput": error.throughput, "delay": error.delay, "loss": error.loss},
-            "schemes": table, "penalized": {str(k): v for k, v in error.penalized.items()},
-            "dropped": dict(problem.dropped), "seconds": round(seconds, 3)}))
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        console.print(scheme_rows(table, f"per scheme: real vs emulated ({args.target})"))
+        console.print(f"f = {fmt_f(error.f)}  (noise {fmt_f(error.noise)}, floor {fmt_f(error.floor)}; "
+                      f"throughput {error.throughput:.1f} %, delay {error.delay:.1f} %, loss "
+                      f"{error.loss:.1f} %)  in {seconds:.0f} s", highlight=False)
+    if out is not None:  # the result is printed above: an error here loses nothing
+        try:
+            write_atomic(out, report)
+        except OSError as failure:
+            raise InputError(f"the score is above, but {option} {out} could not be written "
+                             f"({failure.strerror or failure})") from None
     return 0

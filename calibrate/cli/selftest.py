@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shlex
-import tempfile
+import shutil
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from calibrate import binaries, engine, probes
+from calibrate import binaries, engine, probes, scratch
+from calibrate.cli.common import old_spelling
 from calibrate.emulator import EmulatorConfig
 from calibrate.engine import Endpoint, Logs
+from calibrate.errors import InputError
 from calibrate.metrics import analyze_datalink_log
 
 DEFAULT_EMULATOR = (
@@ -30,18 +33,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--emulator", default=DEFAULT_EMULATOR,
                         help="Mahimahi command or Pantheon test.py arguments (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of the TCP flow (default: %(default)s)")
-    parser.add_argument("--cc", default="cubic", help="kernel congestion control of the flow (default: %(default)s)")
-    parser.add_argument("--out", type=Path, help="keep the logs in this directory")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--runtime", type=float, default=10.0, metavar="S",
+                        help="seconds of the TCP flow (default: %(default)s)")
+    old_spelling(parser, "--seconds", "--runtime", "runtime", type=float, metavar="S")
+    parser.add_argument("--schemes", default="cubic", metavar="CC",
+                        help="the kernel TCP congestion control of the flow, one (default: %(default)s)")
+    old_spelling(parser, "--cc", "--schemes", "schemes", metavar="CC")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="keep the logs in this directory")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON on stdout instead of tables")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from calibrate.cli.common import writable
+
+    if not (math.isfinite(args.runtime) and args.runtime > 0):
+        raise InputError(f"--runtime must be more than 0 seconds (the TCP flow's length), got "
+                         f"{args.runtime:g}; e.g. --runtime 10")
+    names = [c.strip() for c in args.schemes.split(",") if c.strip()]
+    if len(names) != 1 or not re.fullmatch(r"[A-Za-z0-9_-]+", names[0]):
+        raise InputError(f"--schemes {args.schemes!r}: the self-test runs one kernel TCP flow; give "
+                         f"one congestion control the kernel has, e.g. --schemes cubic or --schemes bbr")
+    args.cc = names[0]
     config = EmulatorConfig.parse(args.emulator)
+    config.check_trace_files()
     console = Console(stderr=True)
-    workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="calibrate-selftest-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.out:
+        workdir = writable(Path(args.out), "--out", directory=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+        return _selftest(args, config, console, workdir)
+    # the logs are kept when the test ran (the report names them); removed when it did not
+    workdir = scratch.make("selftest")
+    try:
+        return _selftest(args, config, console, workdir, keep=True)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+
+def _selftest(args: argparse.Namespace, config: EmulatorConfig, console: Console, workdir: Path,
+              keep: bool = False) -> int:
     console.print(f"engine: {binaries.find(binaries.LINK)}\nemulator: {config.mahimahi_command()}")
 
     with console.status("ping over the emulated path ..."):
@@ -57,9 +89,11 @@ def run(args: argparse.Namespace) -> int:
         Endpoint("receiver", probes.command_line("tcp-sink", 5000)),
         Endpoint("sender", probes.command_line("tcp-source", "-", 5000, shlex.quote(args.cc))),
     ]
-    with console.status(f"{args.seconds:g} s {args.cc} flow over the emulated path ..."):
-        result = engine.run(config, endpoints, workdir=workdir, stop_after=args.seconds, logs=logs)
+    with console.status(f"{args.runtime:g} s {args.cc} flow over the emulated path ..."):
+        result = engine.run(config, endpoints, workdir=workdir, stop_after=args.runtime, logs=logs)
     stats = analyze_datalink_log(datalink)
+    if keep:
+        workdir = scratch.keep(workdir)
 
     report = {
         "emulator": config.mahimahi_command(),

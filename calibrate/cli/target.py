@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from calibrate.cli.common import TARGET_HELP, add_source_options, load_target_of
+from calibrate.cli.common import TARGET_HELP, add_source_options, load_target_of, old_spelling
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
 from calibrate.metrics import TOTAL, Aggregate
@@ -20,9 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     show = sub.add_parser("show", help="per-scheme table of runs, throughput, delay and loss")
     show.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    show.add_argument("--json", action="store_true", help="print the normalized target as JSON")
-    show.add_argument("--write", metavar="FILE", type=Path,
-                      help="also write the normalized target JSON to FILE")
+    show.add_argument("--json", action="store_true",
+                      help="print the normalized target as JSON on stdout instead of tables")
+    show.add_argument("--json-out", metavar="FILE", type=Path,
+                      help="also write the normalized target JSON to FILE (a TARGET of its own)")
+    old_spelling(show, "--write", "--json-out", "json_out", type=Path, metavar="FILE")
     show.add_argument("--flow", default=TOTAL, help="flow to show: all (default), 1, 2, ...")
     show.add_argument("--runs", action="store_true", help="also list every valid run")
     add_source_options(show)
@@ -50,13 +52,16 @@ def _show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from calibrate.cli.common import writable
+
+    if args.json_out is not None:  # before the target is fetched
+        args.json_out = writable(args.json_out, "--json-out")
     target = load_target_of(args)
-    if args.write:
+    if args.json_out:
         try:
-            args.write.parent.mkdir(parents=True, exist_ok=True)
-            args.write.write_text(target.dumps())
+            args.json_out.write_text(target.dumps())
         except OSError as error:
-            raise InputError(f"cannot write {args.write}: {error.strerror or error}") from None
+            raise InputError(f"cannot write --json-out {args.json_out}: {error.strerror or error}") from None
     if args.json:
         sys.stdout.write(target.dumps())
         return 0
@@ -80,8 +85,9 @@ def _show(args: argparse.Namespace) -> int:
                       _fmt(s.loss, 2, 100.0))
         shown += 1
     if not shown:
-        raise InputError(f"no scheme of {target.name or prov.source} has flow {args.flow!r}; "
-                         f"try --flow {TOTAL}")
+        flows = sorted({key for scheme in target.schemes for key in scheme.summary})
+        raise InputError(f"no scheme of {target.name or prov.source} has flow {args.flow!r}; its "
+                         f"flows are {', '.join(flows)} (--flow {flows[0] if flows else TOTAL})")
     console.print(table)
     w = target.workload
     console.print(f"mean ± std over valid runs (std ddof={prov.std_ddof}); workload: {w.flows} "
@@ -156,9 +162,28 @@ def _show_evidence(console, evidence: PathEvidence) -> None:
         console.print("path: " + "; ".join(facts), highlight=False, soft_wrap=True)
 
 
+def _image_path(out: Path) -> Path:
+    """`--out` checked before any work: a type of image matplotlib writes (by its suffix; PNG
+    when it has none), in a writable directory."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from calibrate.cli.common import writable
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if not out.suffix:
+        out = out.with_suffix(".png")
+    if out.suffix[1:].lower() not in kinds:
+        raise InputError(f"--out {out}: cannot write {out.suffix} images; give the file one of "
+                         f"the suffixes {', '.join('.' + k for k in sorted(kinds))} (e.g. "
+                         f"{out.with_suffix('.png')})")
+    return writable(out, "--out")
+
+
 def _plot(args: argparse.Namespace) -> int:
     from calibrate.summary_plot import plot_target
 
+    if args.out is not None:
+        args.out = _image_path(args.out)
     target = load_target_of(args)
     name = (target.name or "target").replace("/", "_")
     out = args.out or Path(f"{name}-summary.png")

@@ -26,19 +26,27 @@ scale (`OutcomeScale`).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
-import torch
-from botorch.acquisition.analytic import LogExpectedImprovement
-from botorch.acquisition.logei import qLogNoisyExpectedImprovement
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
-from botorch.models.transforms.outcome import Standardize
-from botorch.optim import optimize_acqf
-from botorch.sampling.normal import SobolQMCNormalSampler
-from gpytorch.mlls import ExactMarginalLogLikelihood
+
+with warnings.catch_warnings():
+    # GPyTorch's linear_operator applies `torch.jit.script` to a few functions as it is
+    # imported, and torch (2.10+) deprecates that with a FutureWarning on every import: nothing a
+    # user of calibrate can act on.  Only that warning, only while these libraries load.
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
+                            category=FutureWarning, module=r"torch\.jit\._script")
+    import torch
+    from botorch.acquisition.analytic import LogExpectedImprovement
+    from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.models import SingleTaskGP
+    from botorch.models.transforms.outcome import Standardize
+    from botorch.optim import optimize_acqf
+    from botorch.sampling.normal import SobolQMCNormalSampler
+    from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from calibrate.optimizers.base import Optimizer, OutcomeScale, choice, stream_seed
 

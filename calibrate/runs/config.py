@@ -19,6 +19,7 @@ independent across replicates).  Both are in every journal record ("seed", "loss
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ from calibrate.objective import ReplicationError, Stats, replication_error
 from calibrate.scheme_registry import traits_of
 from calibrate.schemes import Registry, Scheme, load_registry
 from calibrate.scripted import MAX_RUNTIME_S
-from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
+from calibrate.space import PARAMETERS, SchemeMeasurement, SearchSpace, space_from_target, warm_start
 from calibrate.targets.model import SchemeResult, Target, Workload
 
 LINK_KINDS: tuple[str, ...] = ("constant", "poisson")
@@ -79,12 +80,27 @@ class RunConfig:
             raise InputError(f"--n-initial must be at least 1, got {self.n_initial}")
         bad = [k for k in self.links if k not in LINK_KINDS]
         if bad or not self.links:
-            raise InputError(f"link kinds must be among {', '.join(LINK_KINDS)}, got {list(self.links)}")
+            got = f"unknown link kind {bad[0]!r}" if bad else "no link kind given"
+            raise InputError(f"{got}: the link kinds are {' and '.join(LINK_KINDS)} (--links "
+                             f"{LINK_KINDS[0]}, or --links {','.join(LINK_KINDS)} for both)")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise InputError(f"--time-limit must be positive seconds, got {self.time_limit_s}")
         if self.aggregate not in ("mean", "median"):
             raise InputError(f"--aggregate must be mean or median, got {self.aggregate!r}")
         self.emulation_backend()  # validates the pair
+        if set(PARAMETERS) <= set(self.fixed):
+            raise InputError(self._nothing_to_search())
+
+    def _nothing_to_search(self) -> str:
+        """What to do instead of a search whose every parameter is fixed: score that emulator."""
+        text = (f"--fix fixes every parameter ({', '.join(f'{k}={self.fixed[k]:g}' for k in PARAMETERS)}):"
+                f" nothing is left to search")
+        try:
+            emulator = emulator_of(self.fixed, self.links[0] if self.links else LINK_KINDS[0], 0)
+        except (InputError, KeyError, TypeError, ValueError):
+            return f"{text}; fix fewer parameters, or score an emulator with `calibrate score`"
+        return (f"{text}; to measure that emulator, run `calibrate score {shlex.quote(self.target)} "
+                f"--emulator {shlex.quote(emulator.mahimahi_command())}`, or fix fewer parameters")
 
     def emulation_backend(self) -> Backend:
         return Backend(self.backend, self.mahimahi_user)
@@ -133,12 +149,17 @@ def emulator_seed(seed: int, link: str) -> int:
     return int(np.random.SeedSequence([abs(int(seed)), LINK_KINDS.index(link)]).generate_state(1)[0]) % (1 << 24)
 
 
+#: packets: a queue this deep is Mahimahi's default, no limit (an ablation's "unlimited queue"
+#: step; the deepest queue a search space allows, `calibrate.space`)
+UNLIMITED_QUEUE = 10_000_000
+
+
 def emulator_of(values: Mapping[str, float], link: str, seed: int) -> EmulatorConfig:
     """The candidate emulator at a point of the space, with its search's emulator seed as its
     trace seed (each run then draws its own losses: `EmulatorConfig.for_run`)."""
+    queue = Queue() if values["queue"] >= UNLIMITED_QUEUE else Queue.droptail(max(int(values["queue"]), 1))
     # link is one of LINK_KINDS (RunConfig checks them); EmulatorConfig checks it again
-    return EmulatorConfig(rate_mbps=float(values["rate"]), delay_ms=int(values["delay"]),
-                          queue=Queue.droptail(max(int(values["queue"]), 1)),
+    return EmulatorConfig(rate_mbps=float(values["rate"]), delay_ms=int(values["delay"]), queue=queue,
                           uplink_loss=float(values["loss"]), link=link, trace_seed=seed)  # type: ignore[arg-type]
 
 
@@ -338,12 +359,16 @@ def score_emulator(problem: Problem, config: RunConfig, schemes: Mapping[str, Sc
     pending = {evaluator.submit(t): t for t in tasks_of(problem, config, schemes, -1, emulator)}
     total = len(pending)
     results: list[RunMetrics] = []
-    while pending:
-        for ref, metrics in evaluator.wait(list(pending), timeout=None):
-            task = pending.pop(ref)
-            results.append(metrics if metrics is not None else lost(task))
-            if on_run:
-                on_run(results[-1], len(results), total)
+    try:
+        while pending:
+            for ref, metrics in evaluator.wait(list(pending), timeout=1.0):
+                task = pending.pop(ref)
+                results.append(metrics if metrics is not None else lost(task))
+                if on_run:
+                    on_run(results[-1], len(results), total)
+    except BaseException:  # Ctrl-C, SIGTERM, an input or host error: stop the runs cleanly
+        evaluator.cancel(list(pending))
+        raise
     return score_runs(problem, config, results)
 
 

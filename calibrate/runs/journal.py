@@ -8,7 +8,12 @@ RUN_DIR holds
 - ``target.json``: the target as loaded, so nothing later depends on fetching it again;
 - ``evaluations.jsonl``: the journal, one finished evaluation (`Evaluation`) per line, in the
   order the optimizers were told;
+- ``proposals.jsonl``: every candidate the loop proposed (`Proposal`), appended and fsync'ed
+  before its runs start, so the candidates that were running when a run stopped — proposed,
+  never journaled (`RunDir.unfinished`) — are the first a resume runs again (a run written
+  before this file existed has none: its resume proposes afresh);
 - ``result.json``: the outcome, written by the loop when it ends (`calibrate.runs.loop`);
+- ``writer.lock``: the one writer's lock (`calibrate.runs.lock`);
 - ``export/``: what `calibrate export` writes (`calibrate.export`).
 
 `RunDir.open` reads all of it back, and is the only reader: resume, export, the CLI and the
@@ -19,7 +24,9 @@ Durability: run.json, target.json and result.json are written whole or not at al
 file, fsync, rename, fsync the directory).  A journal line is appended and fsync'ed before the
 loop goes on, so a crash, Ctrl-C or kill -9 loses at most the evaluations still running, never
 a finished one; a last line cut short by a crash mid-write was never acknowledged, and is
-ignored (and cut off by a run that continues: `evaluations(repair=True)`).
+ignored with a note (`calibrate.errors.Notice`), and cut off by a run that continues
+(`evaluations(repair=True)`).  A damaged line elsewhere stops the reader with its line number:
+deleting that line loses only its record.
 
 Format versions (run.json's "version"; each journal line's "version", absent in version 1):
 
@@ -30,9 +37,15 @@ Format versions (run.json's "version"; each journal line's "version", absent in 
 - 2: run.json also holds "real", the target numbers scored (scheme, flow, tput, delay, loss),
   so the problem reads back whole; journal lines carry "version": 2.  Nothing else differs.
   A version-1 run opens, resumes (its new journal lines are version 2; run.json is not
-  rewritten) and exports.
+  rewritten) and exports.  A study (leave-one-out, ablation: `calibrate.runs.study`) is a
+  version-2 run whose run.json also names its "kind" and holds its "study" settings, and whose
+  journal lines carry "study" (which of its searches proposed the line, and what the study
+  records with it); a run.json without "kind" is a calibration's.
 
-One writer at a time: `RunDir.writing()` is where a run holds its directory while it writes.
+One writer at a time: `RunDir.writing()` is where a run holds its directory's lock while it
+writes (`calibrate.runs.lock`: released by the kernel when the writer dies); the CLI claims it
+(`RunDir.claim`) before it creates or repairs anything.  A second writer is refused, with the
+first named.  Readers take no lock.
 """
 
 from __future__ import annotations
@@ -41,7 +54,8 @@ import datetime as dt
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,17 +63,21 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.errors import InputError
-from calibrate.jsonfile import parse_json, read_json
+from calibrate.errors import InputError, Notice, RunBusy
+from calibrate.jsonfile import read_json
+from calibrate.runs import lock
 from calibrate.runs.config import LINK_KINDS, Problem, RunConfig, emulator_seed
 from calibrate.targets.model import Target
 
 RUN_FILE = "run.json"
 TARGET_FILE = "target.json"
 JOURNAL = "evaluations.jsonl"
+PROPOSALS = "proposals.jsonl"
 RESULT = "result.json"
 FORMAT = "calibrate-run"
 FORMAT_VERSION = 2
+#: run.json's "kind" of a calibration (`calibrate run`), and when it has none
+CALIBRATION = "calibration"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,20 +133,40 @@ def _append_line(path: Path, data: Mapping[str, Any]) -> None:
         _fsync_dir(path.parent)
 
 
-def _read_lines(path: Path, *, repair: bool) -> list[Any]:
-    """The journal's lines, parsed.  A last line without its newline (cut short by a crash) is
-    dropped, and with `repair` cut from the file."""
+def damaged_line(path: Path, number: int) -> str:
+    """What to do about a damaged line of a journal: remove that line, not the file."""
+    return (f"line {number} of {path.name} is damaged: delete that line (only its record is "
+            f"lost; every other line is kept), then continue with `calibrate resume "
+            f"{path.parent}`")
+
+
+def _read_lines(path: Path, *, repair: bool) -> list[tuple[int, Any]]:
+    """The journal's lines, parsed, with their line numbers.  A last line without its newline
+    (cut short by a crash) is dropped with a `Notice`, and with `repair` cut from the file."""
     if not path.exists():
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
+    if end < len(data):
+        number = data.count(b"\n") + 1
+        done = "cut off before the run continues" if repair else "ignored"
+        warnings.warn(f"{path}: line {number} ({len(data) - end} bytes) is incomplete: the run "
+                      f"stopped while writing it, so that record was never finished; {done}",
+                      Notice, stacklevel=2)
     if end < len(data) and repair:
         with open(path, "r+b") as f:
             f.truncate(end)
             os.fsync(f.fileno())
-    return [parse_json(line, source=f"{path}:{number}", what="journal line")
-            for number, line in enumerate(data[:end].decode("utf-8").splitlines(), start=1)
-            if line.strip()]
+    lines = []
+    for number, line in enumerate(data[:end].decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            lines.append((number, json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{number}:{error.colno}: not a JSON record ({error.msg}); "
+                             f"{damaged_line(path, number)}") from None
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,6 +203,7 @@ class Evaluation:
     phase: str = "search"  # "search" (the optimizer's proposal) or "refine" (the local refinement)
     confident: bool = False  # after it, the search's model ruled out improvement elsewhere
     version: int = FORMAT_VERSION  # the format version of the line
+    study: Mapping[str, Any] = field(default_factory=dict)  # a study's tags (`calibrate.runs.study`)
 
     def to_json(self) -> dict[str, Any]:
         """The journal line (strict JSON: unknown numbers are null)."""
@@ -177,12 +216,14 @@ class Evaluation:
             "runs": list(self.runs), "started_at": self.started_at,
             "finished_at": self.finished_at, "seconds": self.seconds,
             "elapsed_s": self.elapsed_s, "phase": self.phase, "confident": self.confident,
-            "version": self.version})
+            "version": self.version, **({"study": dict(self.study)} if self.study else {})})
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "journal record", index: int = 0) -> Evaluation:
+    def from_json(cls, data: Any, where: str = "journal record", index: int = 0,
+                  damage: str = "the journal is damaged") -> Evaluation:
         """A journal line read back, any version up to ours; `index` stands in for a line that
-        lacks its own.  Errors say which line (`where`) and what is wrong with it."""
+        lacks its own.  Errors say which line (`where`), what is wrong with it, and `damage`:
+        what to do about it."""
         if not isinstance(data, dict) or any(k not in data for k in REQUIRED):
             raise InputError(f"{where} lacks some of {', '.join(REQUIRED)}; this is not a "
                              f"journal written by `calibrate run`")
@@ -193,7 +234,7 @@ class Evaluation:
         f = data["f"]
         if data["link"] not in LINK_KINDS or isinstance(f, bool) or not isinstance(f, (int, float)):
             raise InputError(f"{where}: link kind {data['link']!r} or f {f!r} is not "
-                             f"valid; the journal is damaged")
+                             f"valid; {damage}")
         try:
             return cls(
                 index=int(data.get("index", index)), link=data["link"],
@@ -207,13 +248,48 @@ class Evaluation:
                 finished_at=data.get("finished_at"), seconds=_number(data.get("seconds")),
                 elapsed_s=float(data.get("elapsed_s") or 0.0),
                 phase=str(data.get("phase", "search")),
-                confident=bool(data.get("confident", False)), version=version)
+                confident=bool(data.get("confident", False)), version=version,
+                study=dict(data.get("study") or {}))
         except (TypeError, ValueError) as error:
-            raise InputError(f"{where}: {error}; the journal is damaged") from None
+            raise InputError(f"{where}: {error}; {damage}") from None
 
 
 def _number(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate as the loop proposed it, recorded (proposals.jsonl) before its runs start:
+    a resume runs the ones never journaled again, first, with the same id and point."""
+
+    candidate: int
+    link: str  # the link kind whose search proposed it
+    x: tuple[float, ...]  # its point in the unit cube of its search's space
+    params: Mapping[str, float]
+    phase: str = "search"  # as `Evaluation.phase`
+    proposed_at: str | None = None  # ISO time, UTC
+    study: Mapping[str, Any] = field(default_factory=dict)  # a study's tags (`Evaluation.study`)
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable({"candidate": self.candidate, "link": self.link, "x": list(self.x),
+                         "params": dict(self.params), "phase": self.phase,
+                         "proposed_at": self.proposed_at, "version": FORMAT_VERSION,
+                         **({"study": dict(self.study)} if self.study else {})})
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Proposal:
+        try:
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            return cls(int(data["candidate"]), str(data["link"]),
+                       tuple(float(v) for v in data["x"]), dict(data["params"]),
+                       str(data.get("phase", "search")), data.get("proposed_at"),
+                       dict(data.get("study") or {}))
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{where}: {type(error).__name__}: {error}; the record of proposed "
+                             f"candidates is damaged: remove the file to continue the run without "
+                             f"re-running the candidates that were running when it stopped") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,6 +312,11 @@ class RunDir:
         return int(self.meta.get("version", 1))
 
     @property
+    def kind(self) -> str:
+        """What made the run: a calibration, or a study (`calibrate.runs.study`)."""
+        return str(self.meta.get("kind", CALIBRATION))
+
+    @property
     def journal(self) -> Path:
         return self.path / JOURNAL
 
@@ -245,38 +326,59 @@ class RunDir:
 
     # -- making and opening
 
+    @property
+    def proposals_file(self) -> Path:
+        return self.path / PROPOSALS
+
     @staticmethod
     def check_new(path: Path | str) -> None:
-        """Refuse a directory that already holds a run (it is resumed, never overwritten)."""
+        """Refuse a directory that already holds a run (it is resumed, never overwritten), or
+        that another process is writing."""
         path = Path(path)
+        busy = lock.holder(path)
+        if busy is not None and busy.pid != os.getpid():
+            raise RunBusy(f"{path} holds a run that {busy.describe()} is writing now; wait for it "
+                          f"to finish (and export it with `calibrate export {path}`), or choose "
+                          f"another --out", busy)
         if (path / RUN_FILE).exists() or (path / JOURNAL).exists():
             raise InputError(f"{path} already holds a calibration; continue it with "
                              f"`calibrate resume {path}`, or choose another --out")
 
     @classmethod
     def create(cls, path: Path | str, config: RunConfig, target: Target,
-               problem: Problem) -> RunDir:
-        """Write target.json and run.json into a new run directory."""
+               problem: Problem, *, kind: str = CALIBRATION,
+               study: Mapping[str, Any] | None = None) -> RunDir:
+        """Write target.json and run.json into a new run directory (a study: its `kind` and
+        settings)."""
         path = Path(path)
         cls.check_new(path)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"cannot create run directory {path} ({e.strerror or e}); "
-                             f"choose another --out") from None
         meta = {"format": FORMAT, "version": FORMAT_VERSION,
                 "created": dt.datetime.now(dt.UTC).isoformat(),
                 "config": config.to_json(), **problem.to_json(),
-                "seeds": {link: emulator_seed(config.seed, link) for link in config.links}}
+                "seeds": {link: emulator_seed(config.seed, link) for link in config.links},
+                **({} if kind == CALIBRATION else {"kind": kind, "study": dict(study or {})})}
         meta = jsonable(meta)
-        write_atomic(path / TARGET_FILE, target.to_json())
-        write_atomic(path / RUN_FILE, meta)
+        with lock.hold(path, make=True):
+            cls.check_new(path)  # again: no other writer can start one now
+            write_atomic(path / TARGET_FILE, target.to_json())
+            write_atomic(path / RUN_FILE, meta)
         return cls(path, config, target, problem, meta)
 
+    @staticmethod
+    @contextmanager
+    def claim(path: Path | str, *, make: bool = False) -> Iterator[None]:
+        """Hold RUN_DIR's writer lock for the block (`calibrate.runs.lock.hold`; `make`: create
+        the directory, removed again if nothing but the lock was written): what a command that
+        writes a run does before it creates or repairs anything, so that no other writer starts
+        between its checks and its writes.  `writing` inside the block shares the lock."""
+        with lock.hold(path, make=make):
+            yield
+
     @classmethod
-    def open(cls, path: Path | str) -> RunDir:
+    def open(cls, path: Path | str, kind: str | None = CALIBRATION) -> RunDir:
         """Read a run directory's settings, target and problem, with errors that say what is
-        wrong and what to do.  Reads only; the journal is read by `evaluations`."""
+        wrong and what to do; a run of another `kind` than asked is refused (None: any kind).
+        Reads only; the journal is read by `evaluations`."""
         path = Path(path)
         if not path.exists():
             raise InputError(f"{path} is not a calibration run directory (no such run directory); "
@@ -303,7 +405,13 @@ class RunDir:
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InputError(f"{path / RUN_FILE} is malformed ({type(error).__name__}: "
                              f"{error}); it was not written by this calibrate") from None
-        return cls(path, config, target, problem, meta)
+        except InputError as error:  # settings no run may have (a run refused at its start)
+            raise InputError(f"{path} cannot be continued: {error}") from None
+        run = cls(path, config, target, problem, meta)
+        if kind is not None and run.kind != kind:
+            raise InputError(f"{path} holds a {run.kind} run, not a {kind}; `calibrate resume "
+                             f"{path}` and `calibrate export {path}` handle every kind")
+        return run
 
     # -- the journal
 
@@ -317,19 +425,46 @@ class RunDir:
             raise InputError(f"{self.journal}: cannot read the journal "
                              f"({getattr(error, 'strerror', None) or error}); check the file's "
                              f"permissions") from None
-        return [Evaluation.from_json(line, f"{self.journal}: evaluation {number}", number - 1)
-                for number, line in enumerate(lines, start=1)]
+        return [Evaluation.from_json(line, f"{self.journal}:{number} (evaluation {count})", count - 1,
+                                     damaged_line(self.journal, number))
+                for count, (number, line) in enumerate(lines, start=1)]
 
     def append(self, evaluation: Evaluation) -> None:
         """Journal one evaluation: flushed and fsync'ed before returning."""
         _append_line(self.journal, evaluation.to_json())
 
+    def propose(self, proposal: Proposal) -> None:
+        """Record a proposed candidate before its runs start: flushed and fsync'ed."""
+        _append_line(self.proposals_file, proposal.to_json())
+
+    def unfinished(self, records: Sequence[Evaluation] | None = None, *,
+                   repair: bool = False) -> list[Proposal]:
+        """The proposed candidates the journal (`records`, default: read it) does not hold —
+        those running when the run stopped — in the order proposed, each once.  `repair` cuts
+        off a last line torn by a crash, as `evaluations` does."""
+        try:
+            lines = _read_lines(self.proposals_file, repair=repair)
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"{self.proposals_file}: cannot read it "
+                             f"({getattr(error, 'strerror', None) or error}); check the file's "
+                             f"permissions") from None
+        done = {r.candidate for r in (self.evaluations() if records is None else records)}
+        out: list[Proposal] = []
+        for number, line in lines:
+            proposal = Proposal.from_json(line, f"{self.proposals_file}:{number}")
+            if proposal.candidate not in done:
+                done.add(proposal.candidate)
+                out.append(proposal)
+        return out
+
     @contextmanager
     def writing(self) -> Iterator[RunDir]:
-        """Hold the directory while writing to it.  The one place a single-writer lock goes
-        (DESIGN.md: an exclusive writer lock per run); today it takes none, so two processes
-        resuming one run would both append."""
-        yield self
+        """Hold the directory's writer lock while writing to it (`calibrate.runs.lock`): a
+        second writer is refused at once (`RunBusy`, naming the first); the kernel releases the
+        lock when its holder dies, so a crashed writer never blocks a resume.  Shares a lock
+        this process holds already (`claim`)."""
+        with lock.hold(self.path):
+            yield self
 
     # -- the result
 

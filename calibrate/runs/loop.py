@@ -14,8 +14,11 @@ appended to the journal and fsync'ed (`calibrate.runs.journal`) → only then th
 
 Resume is reading the journal: `Calibration.open` rebuilds each optimizer by telling it the
 journal's evaluations in order (the optimizers' proposals, and the refinement's, are a pure
-function of their history, `calibrate.optimizers.base`); candidates that were running when the
-run stopped are not in the journal, so they are simply proposed again.
+function of their history and pending points, `calibrate.optimizers.base`).  Candidates that
+were running when the run stopped are not in the journal, but every proposal is recorded before
+its runs start (`RunDir.propose`): a resumed search runs those first, with the same ids and
+points (pending in its optimizer again, `Optimizer.ask_among`), then proposes as the original
+would have with them pending.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from calibrate.runs.config import (
     score_runs,
     tasks_of,
 )
-from calibrate.runs.journal import Evaluation, RunDir, json_number
+from calibrate.runs.journal import Evaluation, Proposal, RunDir, json_number
 from calibrate.schemes import Registry, Scheme
 from calibrate.targets.model import Target
 
@@ -114,6 +117,7 @@ class Search:
     stopped: str | None = None  # why it proposes no more
     confident: bool = False  # the model ruled out improvement elsewhere (rule above STOP_AFTER)
     ranges: Ranges | None = None  # values indistinguishable from the best, after the last tell
+    interrupted: list[Proposal] = field(default_factory=list)  # to run again first (resume)
 
     @property
     def best_f(self) -> float | None:
@@ -177,22 +181,30 @@ class Calibration:
         RunDir.check_new(run_dir)
         registry = registry or registry_of(config)
         problem = problem_of(target, config, registry)
+        schemes = host_schemes(problem, registry)  # refused here, before anything is written
         calibration = cls.of(RunDir.create(run_dir, config, target, problem), [])
-        calibration._schemes = host_schemes(problem, registry)
+        calibration._schemes = schemes
         return calibration
 
     @classmethod
     def open(cls, run_dir: Path | str, *, read_only: bool = False) -> Calibration:
-        """Reopen a run directory to continue it; a journal line torn by a crash is cut off.
-        `read_only` (export, inspection) leaves the files as they are: the run may still be
-        writing its last line."""
+        """Reopen a run directory to continue it, under its writer lock (`RunDir.writing`): a
+        journal line torn by a crash is cut off, and the candidates that were running when it
+        stopped are run again first.  `read_only` (export, inspection) takes no lock and leaves
+        the files as they are: the run may still be writing its last line."""
         directory = RunDir.open(run_dir)
-        return cls.of(directory, directory.evaluations(repair=not read_only))
+        if read_only:
+            return cls.of(directory, directory.evaluations())
+        with directory.writing():
+            records = directory.evaluations(repair=True)
+            return cls.of(directory, records, directory.unfinished(records, repair=True))
 
     @classmethod
-    def of(cls, directory: RunDir, records: Sequence[Evaluation]) -> Calibration:
+    def of(cls, directory: RunDir, records: Sequence[Evaluation],
+           unfinished: Sequence[Proposal] = ()) -> Calibration:
         """The loop as the journal `records` leave it: each search's optimizer told its
-        evaluations in the order the original was told (= journal order)."""
+        evaluations in the order the original was told (= journal order); the `unfinished`
+        proposals (`RunDir.unfinished`) are its searches' first candidates."""
         config, problem = directory.config, directory.problem
         start = problem.space.from_values(problem.warm_start, clip=True)
         options = {"n_initial": config.initial_design(problem.space.dim)}
@@ -206,9 +218,11 @@ class Calibration:
                 opt.tell([r.x for r in mine], [r.f for r in mine], [r.noise for r in mine])
                 search.records = mine
                 search.confident = any(r.confident for r in mine)
+            search.interrupted = [p for p in unfinished if p.link == link]
             searches[link] = search
         elapsed = max((r.elapsed_s for r in records), default=0.0)
-        next_id = max((r.candidate for r in records), default=-1) + 1
+        next_id = max([r.candidate for r in records] + [p.candidate for p in unfinished],
+                      default=-1) + 1
         return cls(directory, searches, elapsed, next_id)
 
     def schemes(self) -> Mapping[str, Scheme]:
@@ -237,9 +251,15 @@ class Calibration:
                 and (search.confident or left <= round(REFINE_SHARE * self.config.budget)))
 
     def _propose(self, search: Search, evaluator: Evaluator) -> Candidate | None:
-        """Ask for one candidate and submit its tasks.  None when the search has nothing to
-        propose now: it converged (`stopped` says so), or its refinement waits for its running
-        neighbours to tell where the incumbent is."""
+        """Ask for one candidate and submit its tasks: a candidate that was running when the
+        run stopped first (resume).  None when the search has nothing to propose now: it
+        converged (`stopped` says so), or its refinement waits for its running neighbours to
+        tell where the incumbent is."""
+        while search.interrupted:
+            again = search.interrupted.pop(0)
+            x = np.asarray(again.x, dtype=float)
+            if search.optimizer.ask_among([x]):  # pending again; [] if evaluated or running
+                return self._submit(search, evaluator, again.candidate, x, again.phase, again)
         refining = self._refining(search)
         xs = refinement.propose(search.optimizer, self.problem.space) if refining else []
         if refining and not xs and search.confident:
@@ -247,11 +267,19 @@ class Calibration:
                 search.stopped = CONVERGED
             return None
         x = xs[0] if xs else search.optimizer.ask(1)[0]
+        self._next_id += 1
+        return self._submit(search, evaluator, self._next_id - 1, x, "refine" if xs else "search")
+
+    def _submit(self, search: Search, evaluator: Evaluator, candidate_id: int, x: np.ndarray,
+                phase: str, recorded: Proposal | None = None) -> Candidate:
+        """Record the proposal (unless `recorded` already), then submit its tasks."""
         values = self.problem.space.to_values(x)
         emulator = emulator_of(values, search.link, emulator_seed(self.config.seed, search.link))
-        candidate = Candidate(self._next_id, search.link, x, values, emulator, {},
-                              "refine" if xs else "search")
-        self._next_id += 1
+        candidate = Candidate(candidate_id, search.link, x, values, emulator, {}, phase)
+        if recorded is None:
+            self.directory.propose(Proposal(
+                candidate_id, search.link, tuple(float(v) for v in x), values, phase,
+                dt.datetime.now(dt.UTC).isoformat()))
         for task in self.tasks(candidate.id, emulator):
             candidate.tasks[evaluator.submit(task)] = task
         search.running[candidate.id] = candidate

@@ -220,6 +220,11 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
     labels = _ordered(list(meta.schemes if meta else ()) + list(perf)
                       + sorted({cc for cc, _ in datalink} | {cc for cc, _ in stats}))
     if not labels:
+        if perf_path.is_file():
+            raise InputError(f"{perf_path}: holds no scheme ({{}}), and {directory.resolve()} has "
+                             f"no <scheme>_datalink_run<N>.log or <scheme>_stats_run<N>.log to "
+                             f"compute results from; give the data directory with Pantheon's "
+                             f"logs, or a {PERF} that lists the runs")
         raise InputError(f"{directory}: no Pantheon results here (no {PERF}, no "
                          "<scheme>_datalink_run<N>.log, no <scheme>_stats_run<N>.log)")
     expected_runs: set[int] = set()

@@ -19,15 +19,37 @@ from calibrate.targets.perf import is_perf_json, read_perf_file
 from calibrate.targets.result_id import FetchOptions, looks_like_result_id, read_result
 from calibrate.targets.tables import read_summary_table
 
+#: the explicit spelling of a bundled target (`bundled:nepal`), which no file or directory shadows
+BUNDLED_PREFIX = "bundled:"
+
 
 def load_target(spec: str, *, fetch: FetchOptions | None = None) -> Target:
-    """Resolve TARGET as typed on the command line.  An existing path wins (`load_path`); then a
-    bundled name; then a Pantheon result ID (P188, 188 or its URL).  `fetch` says where result
-    IDs come from and where archives are extracted (default: from the environment)."""
+    """Resolve TARGET as typed on the command line.  ``bundled:NAME`` is a bundled target; else
+    an existing path wins (`load_path`); then a bundled name; then a Pantheon result ID (P188,
+    188 or its URL).  `fetch` says where result IDs come from and where archives are extracted
+    (default: from the environment)."""
+    bundled = bundled_targets()
+    if spec.startswith(BUNDLED_PREFIX):
+        name = spec.removeprefix(BUNDLED_PREFIX)
+        if name not in bundled:
+            raise InputError(f"no bundled target {name!r}; the bundled ones are "
+                             f"{', '.join(BUNDLED_PREFIX + n for n in sorted(bundled))}")
+        return load_bundled(name)
     path = Path(os.path.expanduser(spec))
     if path.exists():
-        return load_path(path, fetch=fetch)
-    if spec in bundled_targets():
+        if spec not in bundled:
+            return load_path(path, fetch=fetch)
+        try:  # a file or directory here that has a bundled target's name wins, but says so
+            target = load_path(path, fetch=fetch)
+        except InputError as error:
+            what = "directory" if path.is_dir() else "file"
+            raise InputError(f"{error} ({spec!r} was read as the {what} {path.resolve()}, which "
+                             f"shadows the bundled target {spec}; to use the bundled one, write "
+                             f"{BUNDLED_PREFIX}{spec})") from None
+        note = (f"{spec!r} is {path.resolve()} here, not the bundled target {spec} (that one is "
+                f"{BUNDLED_PREFIX}{spec})")
+        return target.with_provenance(notes=(*target.provenance.notes, note))
+    if spec in bundled:
         return load_bundled(spec)
     if looks_like_result_id(spec):
         return read_result(spec, fetch or FetchOptions.from_environment())
@@ -35,7 +57,7 @@ def load_target(spec: str, *, fetch: FetchOptions | None = None) -> Target:
     if is_archive_name(spec) or spec.endswith((".csv", ".json", ".txt")):
         hint = " (no such file)"
     raise InputError(f"target {spec!r} is not a file or directory{hint}, a bundled target "
-                     f"({', '.join(sorted(bundled_targets()))}) or a Pantheon result ID "
+                     f"({', '.join(sorted(bundled))}) or a Pantheon result ID "
                      "(P188, 188 or https://pantheon.stanford.edu/result/188/)")
 
 

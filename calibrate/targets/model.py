@@ -16,9 +16,12 @@ written and read here.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
@@ -101,8 +104,11 @@ class SchemeResult:
                 ddof: int = STD_DDOF) -> SchemeResult:
         runs = tuple(sorted(runs, key=lambda r: r.run))
         keys = sorted({key for r in runs for key in r.flows}, key=_flow_order)
-        summary = {key: FlowSummary.of_runs((r.flows[key] for r in runs if key in r.flows), ddof)
-                   for key in keys}
+        # an impossible value (inf, say) is refused by the Target with a message that names it
+        # (`check_values`); numpy's warning about averaging it would only be noise before that
+        with np.errstate(invalid="ignore", over="ignore"):
+            summary = {key: FlowSummary.of_runs((r.flows[key] for r in runs if key in r.flows), ddof)
+                       for key in keys}
         return cls(canonical_scheme(label), label, runs, summary, tuple(dropped))
 
     @property
@@ -211,6 +217,7 @@ class Target:
             raise InputError(f"target {self.name or self.provenance.source!r} lists "
                              f"{', '.join(duplicates)} more than once (perhaps under a legacy and "
                              "a current label); keep one")
+        check_values(self)
 
     def scheme(self, name: str) -> SchemeResult:
         """Look a scheme up by canonical name or by the source's label."""
@@ -263,6 +270,66 @@ class Target:
 
     def with_provenance(self, **changes: Any) -> Target:
         return replace(self, provenance=replace(self.provenance, **changes))
+
+
+# ----------------------------------------------------------------------------------------------
+# Values no measurement can have
+
+
+def impossible(tput: float | None, delay: float | None, loss: float | None) -> str | None:
+    """Why (throughput Mbit/s, p95 one-way delay ms, loss fraction) cannot be measured values,
+    or None: a throughput or delay is a finite number >= 0, a loss a fraction in [0, 1]."""
+    if tput is not None and not (math.isfinite(tput) and tput >= 0):
+        return f"throughput {tput:g} Mbit/s is impossible (a throughput is finite and >= 0)"
+    if delay is not None and not (math.isfinite(delay) and delay >= 0):
+        return f"p95 one-way delay {delay:g} ms is impossible (a delay is finite and >= 0)"
+    if loss is not None and not (math.isfinite(loss) and 0 <= loss <= 1):
+        return (f"loss {100 * loss:g} % is impossible (a loss is 0-100 %; summary tables hold "
+                f"it in %, pantheon_perf.json and target JSON as a fraction)")
+    return None
+
+
+def _fix(target: Target, run: RunResult | None) -> str:
+    """What to do about an impossible value, by where the target came from."""
+    kind, source = target.provenance.kind, target.provenance.source
+    if kind in ("summary table", "bundled"):
+        return f"correct that scheme's row in {source}"
+    if kind == "target json":
+        return (f"correct it in {source}, or make the file again from the measurement with "
+                "`calibrate target show SOURCE --json-out FILE`")
+    if run is None:
+        return f"correct it in {source}"
+    return (f"correct or delete that run in {source} (the value came from its "
+            f"{run.source or 'files'})")
+
+
+def check_values(target: Target) -> None:
+    """Refuse a target holding a value no measurement can have (`impossible`): every run's
+    numbers per flow, and the aggregates of a target without runs (a table).  Every reader's
+    target passes here, so `target show` refuses what `run` would, with the same words."""
+    where = target.name or target.provenance.source
+    for scheme in target.schemes:
+        for run in scheme.runs:
+            for flow, m in run.flows.items():
+                why = impossible(m.tput_mbps, m.delay_ms, m.loss)
+                if why:
+                    flow_text = "" if flow == TOTAL else f" flow {flow}"
+                    raise InputError(f"target {where}: {scheme.label} run {run.run}{flow_text}: "
+                                     f"{why}; {_fix(target, run)}")
+        if scheme.runs:
+            continue
+        for flow, s in scheme.summary.items():
+            flow_text = "" if flow == TOTAL else f" flow {flow}"
+            why = impossible(s.tput_mbps.mean, s.delay_ms.mean, s.loss.mean)
+            stds = {"throughput": s.tput_mbps.std, "delay": s.delay_ms.std, "loss": s.loss.std}
+            bad_std = next((name for name, v in stds.items()
+                            if v is not None and not (math.isfinite(v) and v >= 0)), None)
+            if why is None and bad_std is not None:
+                why = (f"the standard deviation of {bad_std} {stds[bad_std]:g} is impossible "
+                       "(a standard deviation is finite and >= 0)")
+            if why:
+                raise InputError(f"target {where}: {scheme.label}{flow_text} (mean over "
+                                 f"{scheme.n_runs} runs): {why}; {_fix(target, None)}")
 
 
 def _opt(value: Any) -> float | None:

@@ -65,9 +65,11 @@ def _number(text: str, source: str, line: int, column: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise InputError(f"{source}:{line}: {column} {text!r} is not a number") from None
+        raise InputError(f"{source}:{line}: {column} {text!r} is not a number; correct that "
+                         f"cell (a measured value, or empty when unknown)") from None
     if math.isinf(value):
-        raise InputError(f"{source}:{line}: {column} is infinite")
+        raise InputError(f"{source}:{line}: {column} {text} is impossible (a measured value is "
+                         f"finite); correct that cell (empty when unknown)")
     return value
 
 
@@ -125,6 +127,9 @@ def read_csv_table(text: str, *, source: str) -> Target:
         raise InputError(f"{source}:{header_line}: unknown column(s) {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(_KNOWN))}")
     ddof = _int_meta(meta, "std_ddof", STD_DDOF, source)
+    if len(body) == 1:
+        raise InputError(f"{source}: the table has a header but no rows; add one line per scheme "
+                         f"under it, e.g. {_example_row(header)}")
     rows: dict[str, dict[str, Any]] = {}
     for number, line in body[1:]:
         cells = next(csv.reader([line]))
@@ -154,6 +159,17 @@ def read_csv_table(text: str, *, source: str) -> Target:
     return _target(rows, meta, source, ddof)
 
 
+_EXAMPLE = {"scheme": "cubic", "runs": "10", "flow": "all", "tput_mbps_mean": "5.1",
+            "tput_mbps_std": "0.3", "tput_mbps_median": "5.2", "delay_p95_ms_mean": "52.0",
+            "delay_p95_ms_std": "4.1", "delay_p95_ms_median": "51.5", "loss_pct_mean": "0.2",
+            "loss_pct_std": "0.05", "loss_pct_median": "0.2"}
+
+
+def _example_row(header: list[str]) -> str:
+    """A plausible row for this header (what to type under it)."""
+    return ",".join(_EXAMPLE.get(column, "") for column in header)
+
+
 def _int_meta(meta: Mapping[str, str], key: str, default: int, source: str) -> int:
     if key not in meta:
         return default
@@ -165,6 +181,9 @@ def _int_meta(meta: Mapping[str, str], key: str, default: int, source: str) -> i
 
 def _target(rows: Mapping[str, dict[str, Any]], meta: Mapping[str, str], source: str,
             ddof: int, kind: str = "summary table") -> Target:
+    if not rows:
+        raise InputError(f"{source}: the table lists no scheme; add each scheme's numbers "
+                         "(module calibrate.targets.tables shows the forms)")
     schemes = []
     for label, entry in rows.items():
         if TOTAL not in entry["flows"]:
