@@ -24,7 +24,9 @@ from calibrate import installed_version, scratch
 from calibrate.errors import CalibrateError, Interrupted, Notice
 
 COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate",
-            "calibrate.cli.run", "calibrate.cli.score", "calibrate.cli.export"]
+            "calibrate.cli.run", "calibrate.cli.score", "calibrate.cli.export",
+            "calibrate.cli.loo",
+            "calibrate.cli.ablate"]
 
 
 def command_for_kind(kind: str):

@@ -1,0 +1,328 @@
+"""Ablation: which emulator features does a path need?  Nested models, one parameter added a step.
+
+The Pantheon paper's Figure 5 adds the emulator's parameters one by one "in the order of their
+contribution" (China wired: rate only 211.8 % → + delay 189.7 % → + buffer 32.3 % → + loss
+17.7 %) and compares constant with Poisson deliveries (Colombia cellular: 23.7 % → 13.0 %).
+`Ablation` does it for any target:
+
+- Step 0: the rate alone, every other parameter at the emulator's default (`DEFAULTS`): no added
+  delay (0 ms), an unlimited queue, no loss, constant deliveries — `mm-link` and nothing else.
+- Each next step frees one more parameter.  With the greedy order (the default) a step tries
+  every parameter not yet added, each as its own search, and keeps the one whose model reaches
+  the lowest f (the others are reported as the step's trials); with a given order
+  (``rate,delay,queue,loss``) it adds the next one.
+- The last step searches the same parameters with the other link kind's deliveries (Poisson
+  after constant), warm-started from the last constant model's best point.
+
+Every step's search is a calibration's search (the same evaluation, refinement and stop rule:
+`calibrate.runs.study`) with `--budget` evaluations of its own, and each step is warm-started
+from the previous step's best point: its optimizer is told that evaluation first (not run
+again); its first proposals are the same point with the added parameter at the target's
+analytic guess (`calibrate.space.warm_start`, the calibration's warm start), and that guess of
+every parameter the step frees.  That point lies inside the larger model, because a parameter's range always contains
+its default (delay from 0 ms, loss from 0, and the queue up to `UNLIMITED_QUEUE`, which is
+Mahimahi's unlimited queue: the queue is searched on a log scale from the target's lower bound
+up to there, a DropTail queue deeper than any run fills behaving like no limit).  So f cannot
+rise from one step to the next except by noise; the result marks a rise larger than the two
+steps' measured noise combined (√(σ₁² + σ₂²); any rise when no noise was measured).  The
+deliveries step is not nested in the one before, so its change is reported, not marked.
+
+Every evaluation scores every scheme of the target (f over the whole problem), and each step's
+emulator is exported like a calibration's (`calibrate.study_export`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from calibrate.errors import InputError
+from calibrate.optimizers import make_optimizer
+from calibrate.optimizers.base import find_point
+from calibrate.runs.config import UNLIMITED_QUEUE, RunConfig, host_schemes, problem_of, registry_of
+from calibrate.runs.journal import Evaluation, Proposal, RunDir
+from calibrate.runs.loop import CONVERGED
+from calibrate.runs.study import Study, StudySearch, common_result
+from calibrate.schemes import Registry
+from calibrate.space import LOSS_KNEE, PARAMETERS, SearchSpace
+from calibrate.targets.model import Target
+
+KIND = "ablation"
+RESULT_FORMAT = "calibrate-ablation"
+GREEDY = "greedy"
+
+#: what step 0 leaves out: each parameter's value in Mahimahi when its shell is not used
+DEFAULTS: Mapping[str, float] = {"delay": 0, "queue": UNLIMITED_QUEUE, "loss": 0.0}
+ADDED = tuple(DEFAULTS)  # the parameters a step adds, after the rate
+LABELS = {"rate": "rate only", "delay": "+ delay", "queue": "+ queue (DropTail)", "loss": "+ loss"}
+
+
+def defaults_text(link: str) -> str:
+    """The emulator's defaults, as the output states them."""
+    return f"no added delay (0 ms), unlimited queue, no loss, {link} deliveries"
+
+
+def parse_order(text: str) -> str | tuple[str, ...]:
+    """`--order`: "greedy", or the parameters in the order they are added, the rate first."""
+    text = text.strip()
+    if text == GREEDY:
+        return GREEDY
+    order = tuple(p.strip() for p in text.split(",") if p.strip())
+    if (not order or order[0] != "rate" or len(set(order)) != len(order)
+            or any(p not in PARAMETERS for p in order)):
+        raise InputError(f"--order {text!r}: give greedy, or distinct parameters of "
+                         f"{', '.join(PARAMETERS)} starting with rate (e.g. rate,delay,queue,loss)")
+    return order
+
+
+def ablation_space(space: SearchSpace) -> SearchSpace:
+    """The calibration's space with every range stretched to contain its default (module
+    docstring), so each step's model contains the one before."""
+    b = space.bounds
+    return SearchSpace.from_bounds({
+        "rate": b["rate"],
+        "delay": (0.0, max(b["delay"][1], 1.0)),
+        "queue": (b["queue"][0], float(UNLIMITED_QUEUE)),
+        "loss": (0.0, max(b["loss"][1], LOSS_KNEE)),
+    })
+
+
+@dataclass
+class Step:
+    """One model of the sequence: a search per parameter it may add (one unless greedy)."""
+
+    index: int
+    link: str
+    adds: list[str]  # per trial: the parameter it frees ("rate" at step 0), or the link kind
+    trials: list[StudySearch]
+
+    def label(self, j: int) -> str:
+        return LABELS.get(self.adds[j]) or f"+ {self.adds[j].capitalize()} deliveries"
+
+
+@dataclass
+class Ablation(Study):
+    """An ablation study: `start` a new one or `open` one, then `run` it (module docstring)."""
+
+    kind = KIND
+    steps: list[Step] = field(default_factory=list)
+    _chosen: dict[int, int] = field(default_factory=dict)  # step -> its chosen trial (cache)
+
+    # -- making and reopening
+
+    @classmethod
+    def start(cls, run_dir: Path | str, config: RunConfig, target: Target, order: str | Sequence[str] = GREEDY,
+              registry: Registry | None = None) -> Ablation:
+        """Derive the problem (its space stretched: `ablation_space`) and write a new run
+        directory."""
+        if config.fixed:
+            raise InputError("an ablation fixes and frees the parameters itself; drop --fix")
+        order = parse_order(order if isinstance(order, str) else ",".join(order))
+        RunDir.check_new(run_dir)
+        registry = registry or registry_of(config)
+        problem = problem_of(target, config, registry)
+        space = ablation_space(problem.space)
+        problem = replace(problem, space=space,
+                          warm_start=space.to_values(space.from_values(problem.warm_start, clip=True)))
+        schemes = host_schemes(problem, registry)  # refused here, before anything is written
+        directory = RunDir.create(run_dir, config, target, problem, kind=KIND, study={
+            "order": order if order == GREEDY else list(order), "defaults": dict(DEFAULTS),
+            "defaults_text": defaults_text(config.links[0])})
+        study = cls.of(directory, [])
+        study._schemes = schemes
+        return study
+
+    @classmethod
+    def of(cls, directory: RunDir, records: Sequence[Evaluation],
+           unfinished: Sequence[Proposal] = ()) -> Ablation:
+        """The study as the journal `records` leave it: every step that has evaluations (and
+        step 0), each search told its own records in journal order after its warm start; the
+        `unfinished` proposals run again first (a later step's once it is made)."""
+        study = cls(directory, list(records))
+        study._resumed(records, unfinished)
+        study.steps.append(study._next_step())  # type: ignore[arg-type]  # step 0 always exists
+        while any(r.study.get("step") == len(study.steps) for r in records):
+            study._close(study.steps[-1])
+            step = study._next_step()
+            if step is None:
+                raise InputError(f"{directory.journal} has evaluations of step {len(study.steps)}, "
+                                 f"which this study does not have; the journal is damaged")
+            study.steps.append(step)
+        return study
+
+    @property
+    def order(self) -> str | tuple[str, ...]:
+        order = self.settings.get("order", GREEDY)
+        return GREEDY if order == GREEDY else tuple(order)
+
+    # -- the steps
+
+    def _make_step(self, index: int, link: str, free: Sequence[str], adds: Sequence[str],
+                   start: Mapping[str, float], carried: Evaluation | None) -> Step:
+        config = self.config
+        trials = []
+        for j, p in enumerate(adds):
+            now = {*free, p} & set(PARAMETERS)
+            space = self.problem.space.fix(**{n: DEFAULTS[n] for n in ADDED if n not in now})
+            x0 = space.from_values(start, clip=True)
+            warm = [x0]
+            guess = self.problem.warm_start
+            hints = [{**start, p: guess[p]}] if p in ADDED else []
+            hints.append({**start, **{n: guess[n] for n in space.free}})
+            for values in hints:  # the target's analytic guesses: of what it adds, of all it frees
+                hint = space.from_values(values, clip=True)
+                warm += [] if find_point(hint, warm) >= 0 else [hint]
+            opt = make_optimizer(config.optimizer, space.dim, seed=config.seed, warm_start=warm,
+                                 n_initial=config.initial_design(space.dim))
+            name = f"step {index} rate" if p == "rate" else f"step {index} +{p}"
+            search = StudySearch(link, opt, name=name, space=space, problem=self.problem,
+                                 budget=config.budget, order=j)
+            if carried is not None:  # the previous step's best point, a point of this model
+                self.learn(search, carried, x=x0, counted=False, confident=False)
+            self.replay(search, [r for r in self.records if r.study.get("search") == name])
+            search.interrupted = self.interrupted_of(search)
+            trials.append(search)
+        return Step(index, link, list(adds), trials)
+
+    def _next_step(self) -> Step | None:
+        """The step after the last one (or step 0), from the last one's chosen model."""
+        links = self.config.links
+        if not self.steps:
+            start = {"rate": self.problem.warm_start["rate"], **DEFAULTS}
+            return self._make_step(0, links[0], (), ["rate"], start, None)
+        last = self.steps[-1]
+        j = self.chosen(last)
+        if j is None:
+            return None
+        search = last.trials[j]
+        best = self.view({search.link: search}, self.problem).result()["links"][search.link]
+        record = next(r for r in self.records if r.candidate == best["candidate"])
+        free = list(search.space.free)
+        if last.link == links[0]:
+            if self.order == GREEDY:
+                adds = [p for p in ADDED if p not in free]
+            else:
+                adds = [p for p in self.order if p not in free][:1]
+            if adds:
+                return self._make_step(last.index + 1, last.link, free, adds, best["params"], record)
+            if len(links) > 1:
+                return self._make_step(last.index + 1, links[1], free, [links[1]], best["params"], None)
+        return None
+
+    def chosen(self, step: Step) -> int | None:
+        """The trial of `step` whose model reached the lowest f (None: none has evaluations)."""
+        if step.index not in self._chosen:
+            fs = [(self.trial_result(search)["f"], j) for j, search in enumerate(step.trials)
+                  if search.records]
+            if not fs:
+                return None
+            if all(s.stopped is not None for s in step.trials):
+                self._chosen[step.index] = min(fs)[1]
+            else:
+                return min(fs)[1]
+        return self._chosen[step.index]
+
+    def trial_result(self, search: StudySearch) -> dict[str, Any]:
+        return self.view({search.link: search}, self.problem).result()["links"][search.link]
+
+    def _close(self, step: Step) -> None:
+        """Mark a finished step's searches with why they ended."""
+        for s in step.trials:
+            s.stopped = s.stopped or ("budget" if s.counted >= s.budget else CONVERGED)
+
+    # -- the loop's hooks
+
+    def searches(self) -> list[StudySearch]:
+        return [s for step in self.steps for s in step.trials]
+
+    def open_searches(self) -> list[StudySearch]:
+        return [s for s in self.steps[-1].trials if s.stopped is None and self.left(s) > 0]
+
+    def tell(self, record: Evaluation, proposer: StudySearch) -> dict[str, Any]:
+        self.learn(proposer, record)
+        step = next(st for st in self.steps if proposer in st.trials)
+        return {"step": step.index, "adds": step.adds[step.trials.index(proposer)],
+                "confident": [proposer.name] if proposer.confident else []}
+
+    def advance(self) -> bool:
+        self._close(self.steps[-1])
+        step = self._next_step()
+        if step is None:
+            return False
+        self.steps.append(step)
+        return True
+
+    # -- the outcome
+
+    def result(self) -> dict[str, Any]:
+        steps: list[dict[str, Any]] = []
+        for step in self.steps:
+            j = self.chosen(step)
+            trials = []
+            for i, search in enumerate(step.trials):
+                res = self.trial_result(search) if search.records else {}
+                trials.append({"adds": step.adds[i], "label": step.label(i), "search": search.name,
+                               "f": res.get("f"), "noise": res.get("noise"),
+                               "evaluations": search.counted, "stopped": search.stopped,
+                               "chosen": i == j})
+            if j is None:
+                steps.append({"step": step.index, "link": step.link, "adds": None, "trials": trials,
+                              "f": None})
+                continue
+            search = step.trials[j]
+            view = self.view({search.link: search}, self.problem).result()
+            best = view["links"][search.link]
+            entry: dict[str, Any] = {
+                "step": step.index, "adds": step.adds[j], "label": step.label(j), "link": step.link,
+                "free": list(search.space.free), "fixed": dict(search.space.fixed),
+                "search": search.name, "f": best["f"], "noise": best["noise"],
+                "floor": best["floor"], "params": best["params"], "emulator": best["emulator"],
+                "candidate": best["candidate"], "evaluations": search.counted,
+                "warm_started": search.carried > 0, "stopped": search.stopped, "trials": trials,
+                "calibration": view, "change": None, "change_noise": None, "rise": None}
+            previous = next((s for s in reversed(steps) if s.get("f") is not None), None)
+            if previous is not None:
+                entry.update(change(previous, entry, nested=step.link == previous["link"]))
+            steps.append(entry)
+        scored = [s for s in steps if s.get("f") is not None]
+        best_step = min(scored, key=lambda s: s["f"])["step"] if scored else None
+        return {**common_result(self, RESULT_FORMAT), "order": self.settings.get("order", GREEDY),
+                "defaults": dict(DEFAULTS), "defaults_text": self.settings.get("defaults_text"),
+                "links": list(self.config.links), "steps": steps, "best_step": best_step}
+
+
+def change(before: Mapping[str, Any], after: Mapping[str, Any], *, nested: bool) -> dict[str, Any]:
+    """How f changed from one step to the next ("f" and "noise" of each): the change, the two
+    noises combined (√(σ₁² + σ₂²); None when either is unknown), and for nested steps whether
+    it is a rise beyond that noise (any rise when the noise is unknown)."""
+    delta = after["f"] - before["f"]
+    noises = (after.get("noise"), before.get("noise"))
+    combined = math.sqrt(sum(n * n for n in noises)) if None not in noises else None  # type: ignore[operator]
+    rise = delta > (combined if combined is not None else 0.0) if nested else None
+    return {"change": delta, "change_noise": combined, "rise": rise}
+
+
+def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per step (the CSV's and the table's)."""
+    out = []
+    for s in result["steps"]:
+        p = s.get("params") or {}
+        queue = p.get("queue")
+        out.append({"step": s["step"], "adds": s.get("adds"), "label": s.get("label"),
+                    "link": s["link"], "f": s.get("f"), "noise": s.get("noise"),
+                    "change": s.get("change"), "change_noise": s.get("change_noise"),
+                    "rise_beyond_noise": s.get("rise"),
+                    "rate_mbps": p.get("rate"), "delay_ms": p.get("delay"),
+                    "queue_packets": None if queue is None or queue >= UNLIMITED_QUEUE else queue,
+                    "uplink_loss": p.get("loss"), "emulator": s.get("emulator"),
+                    "evaluations": sum(t["evaluations"] for t in s["trials"]),
+                    "trials": " ".join(f"{t['adds']}={t['f']:.1f}" for t in s["trials"]
+                                       if t.get("f") is not None)})
+    return out
+
+
+__all__ = ["ADDED", "DEFAULTS", "GREEDY", "KIND", "Ablation", "Step", "ablation_space", "change",
+           "defaults_text", "parse_order", "rows"]
