@@ -26,7 +26,8 @@ from calibrate.errors import CalibrateError, Interrupted, Notice
 COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.schemes", "calibrate.cli.emulate",
             "calibrate.cli.run", "calibrate.cli.score", "calibrate.cli.export",
             "calibrate.cli.loo",
-            "calibrate.cli.ablate"]
+            "calibrate.cli.ablate",
+            "calibrate.cli.cluster"]
 
 
 def command_for_kind(kind: str):
