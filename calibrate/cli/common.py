@@ -304,18 +304,20 @@ def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"calibration of {result['target']}: {result['evaluations']} evaluations, "
                         f"{fmt_duration(result['wall_s'])}", title_justify="left")
+    # "stopped": why the search ended (budget, time limit, no improvement possible), or "not
+    # yet" for a run still going or interrupted (`calibrate resume` continues it)
     for column in ("link kind", "f", "noise", "rate Mbit/s", "delay ms", "queue pkts", "loss %",
                    "evals", "stopped"):
         table.add_column(column)
     for link, v in result["links"].items():
         if "f" not in v:
-            table.add_row(link, "–", "–", "–", "–", "–", "–", "0", str(v.get("stopped")))
+            table.add_row(link, "–", "–", "–", "–", "–", "–", "0", v.get("stopped") or "not yet")
             continue
         p = v["params"]
         mark = " *" if link == result["winner"] else ""
         table.add_row(link + mark, fmt_f(v["f"]), fmt_f(v["noise"]), f"{p['rate']:.2f}",
                       f"{p['delay']:.0f}", f"{p['queue']:.0f}", f"{100 * p['loss']:.3f}",
-                      str(v["evaluations"]), str(v["stopped"]))
+                      str(v["evaluations"]), v["stopped"] or "not yet")
     console.print(table)
     for link, v in result["links"].items():
         if "f" in v:
