@@ -260,6 +260,28 @@ def writable(path: Path, option: str, *, directory: bool = False) -> Path:
     return path
 
 
+def plural(count: int, word: str) -> str:
+    """``1 scheme``, ``2 schemes``: a count and its noun, for the commands' one-line notes."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def workload_text(problem: Any, config: Any) -> str:
+    """What one evaluation runs, as `run`, the studies and `score` announce it: e.g. "3 schemes
+    (bbr, cubic, reno), 2 replicates of 30 s"."""
+    return (f"{plural(len(problem.schemes), 'scheme')} ({', '.join(problem.schemes)}), "
+            f"{plural(config.replicates, 'replicate')} of {config.runtime_s:g} s")
+
+
+def dropped_lines(problem: Any) -> list[str]:
+    """The notes for the target's schemes that are not scored: the ones without an
+    implementation here on one line, every other with its reason."""
+    unknown = [label for label, why in problem.dropped.items() if why.startswith("unknown scheme")]
+    lines = [f"calibrate: not scored, no implementation on this host (see `calibrate schemes`): "
+             f"{', '.join(unknown)}"] if unknown else []
+    return lines + [f"calibrate: not scored: {label}: {why}" for label, why in problem.dropped.items()
+                    if label not in unknown]
+
+
 def fmt_f(value: float | None) -> str:
     """A replication error (or its noise): one decimal and %, or – when unknown."""
     return "–" if value is None or not math.isfinite(value) else f"{value:.1f} %"

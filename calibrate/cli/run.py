@@ -14,6 +14,7 @@ from typing import Any
 from calibrate.cli.common import (
     add_evaluation_options,
     add_ray_options,
+    dropped_lines,
     fmt_duration,
     fmt_f,
     load_target_of,
@@ -22,6 +23,7 @@ from calibrate.cli.common import (
     ray_settings,
     require_root,
     run_config,
+    workload_text,
 )
 from calibrate.errors import CalibrateError, InputError
 from calibrate.space import PARAMETERS
@@ -192,17 +194,11 @@ def _calibrate(calibration: Any, args: argparse.Namespace, settings: Any) -> int
     require_root()
     calibration.schemes()  # a scheme this host cannot run stops us here, before Ray starts
     problem = calibration.problem
-    print(f"calibrate: {calibration.run_dir}: {len(problem.schemes)} schemes scored "
-          f"({', '.join(problem.schemes)}), links {', '.join(calibration.searches)}, budget "
-          f"{calibration.config.budget} each, {calibration.config.replicates} replicates of "
-          f"{calibration.config.runtime_s:g} s; starting Ray", file=console_note)
-    unknown = [label for label, why in problem.dropped.items() if why.startswith("unknown scheme")]
-    if unknown:
-        print(f"calibrate: not scored, no implementation on this host (see `calibrate schemes`): "
-              f"{', '.join(unknown)}", file=console_note)
-    for label, why in problem.dropped.items():
-        if label not in unknown:
-            print(f"calibrate: not scored: {label}: {why}", file=console_note)
+    print(f"calibrate: {calibration.run_dir}: {workload_text(problem, calibration.config)} an evaluation, "
+          f"links {', '.join(calibration.searches)}, budget {calibration.config.budget} each; starting Ray",
+          file=console_note)
+    for line in dropped_lines(problem):
+        print(line, file=console_note)
     started = time.monotonic()
     try:
         with Evaluator(settings) as evaluator, Display(live=not args.quiet) as display:

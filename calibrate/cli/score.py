@@ -18,12 +18,14 @@ from pathlib import Path
 from calibrate.cli.common import (
     add_evaluation_options,
     add_ray_options,
+    dropped_lines,
     fmt_f,
     load_target_of,
     ray_settings,
     require_root,
     run_config,
     scheme_rows,
+    workload_text,
     writable,
 )
 from calibrate.errors import InputError
@@ -76,11 +78,9 @@ def run(args: argparse.Namespace) -> int:
     require_root()
     err = Console(stderr=True)
     err.print(f"calibrate: scoring {emulator.mahimahi_command()} against {args.target}: "
-              f"{len(problem.schemes)} schemes ({', '.join(problem.schemes)}), "
-              f"{config.replicates} replicates of {config.runtime_s:g} s", highlight=False)
-    if problem.dropped:
-        err.print(f"calibrate: not scored: {', '.join(problem.dropped)} (see `calibrate schemes`)",
-                  highlight=False)
+              f"{workload_text(problem, config)}", highlight=False)
+    for line in dropped_lines(problem):
+        err.print(line, highlight=False)
 
     def on_run(metrics, done: int, total: int) -> None:
         if not args.quiet:

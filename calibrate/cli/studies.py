@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.cli.common import (
+    dropped_lines,
     fmt_duration,
     fmt_f,
     load_target_of,
@@ -18,6 +19,7 @@ from calibrate.cli.common import (
     ray_settings,
     require_root,
     run_config,
+    workload_text,
     writable,
 )
 from calibrate.cli.run import Display, default_run_dir, parse_bounds, parse_fixed
@@ -118,11 +120,10 @@ def run_study(study: Any, args: argparse.Namespace, settings: Any) -> int:
     study.schemes()  # a scheme this host cannot run stops us here, before Ray starts
     config, problem = study.config, study.problem
     run_dir = study.directory.path
-    print(f"calibrate: {run_dir}: {study.kind} study of {len(problem.schemes)} schemes "
-          f"({', '.join(problem.schemes)}), links {', '.join(config.links)}, budget {config.budget} "
-          f"per search, {config.replicates} replicates of {config.runtime_s:g} s; starting Ray", file=note)
-    for label, why in problem.dropped.items():
-        print(f"calibrate: not scored: {label}: {why}", file=note)
+    print(f"calibrate: {run_dir}: {study.kind} study, {workload_text(problem, config)} an evaluation, "
+          f"links {', '.join(config.links)}, budget {config.budget} per search; starting Ray", file=note)
+    for line in dropped_lines(problem):
+        print(line, file=note)
     started = time.monotonic()
     try:
         with Evaluator(settings) as evaluator, StudyDisplay(live=not args.quiet) as display:
