@@ -25,18 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from calibrate.processes import alive
+
 PREFIX = "calibrate-"
 _OWNED = re.compile(r"^calibrate-p(?P<pid>\d+)-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def make(purpose: str, parent: Path | str | None = None) -> Path:
@@ -74,7 +66,7 @@ def sweep(parent: Path | str | None = None) -> list[Path]:
         return []
     for entry in entries:
         match = _OWNED.match(entry.name)
-        if not match or int(match["pid"]) == os.getpid() or _alive(int(match["pid"])):
+        if not match or int(match["pid"]) == os.getpid() or alive(int(match["pid"])):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False):

@@ -39,6 +39,7 @@ from typing import Any
 from calibrate.cluster import auth
 from calibrate.errors import EnvironmentProblem, InputError
 from calibrate.evaluation import OBJECT_STORE_BYTES, SLOT, SLOTS_PER_CORE
+from calibrate.processes import alive
 
 STATE_FILE = "cluster.json"
 #: the `ray start` output that says a node is up (head and joining nodes alike)
@@ -104,7 +105,7 @@ class Node:
     started: float
 
     def alive(self) -> bool:
-        return _alive(self.pid)
+        return alive(self.pid)
 
     def processes(self) -> list[tuple[int, str]]:
         """(pid, executable) of the node's processes: its process group."""
@@ -138,19 +139,6 @@ class LocalCluster:
         if self.auth == "token":
             env[auth.MODE] = "token"
         return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped by its parent) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _group(pgid: int) -> list[tuple[int, str]]:
@@ -227,7 +215,7 @@ def _wait_started(pid: int, log: Path, timeout: float) -> None:
         text = log.read_text(errors="replace") if log.exists() else ""
         if STARTED in text:
             return
-        if not _alive(pid):
+        if not alive(pid):
             raise EnvironmentProblem(f"a Ray node failed to start; its log {log} ends:\n{_tail(text)}")
         time.sleep(0.25)
     raise EnvironmentProblem(f"a Ray node did not start within {timeout:.0f} s; its log {log} "
