@@ -195,7 +195,7 @@ def test_run_refuses_bad_input_with_one_line(tmp_path):
         (["run", "nepal", "--budget", "0"], "--budget"),
         (["run", "nepal", "--fix", "speed=3"], "--fix"),
         (["run", "nepal", "--bound", "queue=40:10"], "low bound"),
-        (["run", "nepal", "--links", "square"], "link kinds"),
+        (["run", "nepal", "--links", "square"], "unknown link kind"),
         (["run", "nepal", "--runtime", "90"], "--runtime"),
         (["run", "nepal", "--schemes", "nosuch"], "nosuch"),
         (["resume", str(tmp_path / "nothing")], "not a calibration run directory"),
