@@ -76,7 +76,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mahimahi-user", metavar="NAME")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--runtime", type=float, default=20.0)
     args = parser.parse_args()
     systems = [("engine, ideal timing", Backend(timing="ideal")), ("engine, Mahimahi timing", Backend())]
     if shutil.which("mm-link") and args.mahimahi_user:
@@ -86,11 +86,11 @@ def main() -> int:
     rows = []
     for run in range(1, args.runs + 1):
         for name, backend in systems:
-            rows.append({"system": name, "run": run, **one_run(backend, args.seconds, run)})
+            rows.append({"system": name, "run": run, **one_run(backend, args.runtime, run)})
             print(f"run {run}: {name} done", file=sys.stderr, flush=True)
     table = pd.DataFrame(rows).groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
     pd.set_option("display.width", 200)
-    print(f"Linux BBR, {RATE:g} Mbit/s, {DELAY} ms, DropTail {QUEUE}; {args.runs} runs of {args.seconds:g} s "
+    print(f"Linux BBR, {RATE:g} Mbit/s, {DELAY} ms, DropTail {QUEUE}; {args.runs} runs of {args.runtime:g} s "
           f"(ACK gaps in ms, delays one-way in ms)")
     print(table.to_string(float_format=lambda v: f"{v:.2f}"))
     return 0

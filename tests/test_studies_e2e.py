@@ -89,7 +89,7 @@ def _killed_then_resumed(args: list[str], run_dir: Path, evaluations: int):
 def target(tmp_path_factory) -> Path:
     data_dir = tmp_path_factory.mktemp("hidden") / "data"
     _calibrate("emulate", "--emulator", HIDDEN_MM, "--schemes", SCHEMES, "--runtime", RUNTIME,
-               "--run-times", "2", "--parallel", "8", "--data-dir", str(data_dir))
+               "--replicates", "2", "--parallel", "8", "--out", str(data_dir))
     return data_dir
 
 
