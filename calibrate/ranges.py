@@ -8,6 +8,15 @@ mean of f lies within two combined standard errors (the model's and the replicat
 the incumbent's; a parameter's range is its minimum and maximum over those points, in its own
 units.  A wide range is a finding, not a failure: the target does not tell those values apart.
 
+Where the target's per-packet logs tell values apart that its f cannot, the range is narrowed to
+what they allow (`calibrate.evidence`).  Mahimahi link logs do this for the delay: every
+packet's one-way delay is its time in the link plus the propagation delay plus what the host adds
+(`HOST_ALLOWANCE_MS`), so the propagation delay lies in `PathEvidence.propagation_interval_ms`,
+to about a millisecond, where f moves by less than its noise for several (on M1 of
+shared/data/mahimahi-targets, delays 26–30 ms give f within the noise of the best; the logs say
+28–30).  Only where the incumbent's value is one the logs allow: an incumbent they rule out (the
+losing link kind's, say) keeps the model's range, which then says how far it is from the logs.
+
 Without a model there is no range: random search has none, and a GP is not trusted before the
 warm start and the initial design are told.  The result then says why instead of inventing one.
 """
@@ -19,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from calibrate.evidence import PathEvidence
 from calibrate.optimizers import Optimizer
 from calibrate.optimizers.base import RANGE_Z
 from calibrate.space import PARAMETERS, SearchSpace
@@ -33,7 +43,8 @@ DISPLAY: Mapping[str, tuple[str, str, float, bool]] = {
 
 #: What the range of one parameter means, for readers of result.json and emulator.json.
 MEANING = (f"values whose f the model cannot tell from the best's: posterior mean of f within "
-           f"{RANGE_Z:g} combined standard errors of the incumbent's")
+           f"{RANGE_Z:g} standard deviations of its difference from the incumbent's; the delay's "
+           f"also within what the target's link logs allow, where it has them")
 
 #: Why an old result has none (result.json written before ranges were reported).
 NOT_COMPUTED = ("not computed: this result was written before ranges were reported; delete "
@@ -102,15 +113,23 @@ class Ranges:
                    None if values else entry.get("ranges_note"))
 
 
-def ranges_of(optimizer: Optimizer, space: SearchSpace) -> Ranges:
-    """The ranges of a search's free parameters from its optimizer's model (module docstring)."""
+def ranges_of(optimizer: Optimizer, space: SearchSpace, evidence: PathEvidence | None = None) -> Ranges:
+    """The ranges of a search's free parameters from its optimizer's model, narrowed by the
+    target's per-packet `evidence` where it has some (module docstring)."""
     if not optimizer.model_based:
         return Ranges(note=f"{optimizer.name} search has no model to tell values apart")
     points = optimizer.indistinguishable() if optimizer.design_done else None
     if points is None:
         return Ranges(note=f"too few evaluations for a model ({len(optimizer.history[1])}; the "
                            f"warm start and the initial design come first)")
-    values = space.decode(points)
-    return Ranges(tuple(Range(name, float(values[:, PARAMETERS.index(name)].min()),
-                              float(values[:, PARAMETERS.index(name)].max()))
-                        for name in space.free))
+    values = space.decode(points)  # the incumbent first
+    allowed = {"delay": evidence.propagation_interval_ms} if evidence is not None else {}
+    ranges = []
+    for name in space.free:
+        column = values[:, PARAMETERS.index(name)]
+        low, high = float(column.min()), float(column.max())
+        interval = allowed.get(name)
+        if interval is not None and interval[0] <= column[0] <= interval[1]:
+            low, high = max(low, interval[0]), min(high, interval[1])
+        ranges.append(Range(name, low, high))
+    return Ranges(tuple(ranges))

@@ -14,7 +14,7 @@ import pytest
 
 from calibrate import trace
 from calibrate.errors import InputError
-from calibrate.evidence import PathEvidence, parse_link_log, run_evidence
+from calibrate.evidence import HOST_ALLOWANCE_MS, PathEvidence, parse_link_log, run_evidence
 from calibrate.metrics import analyze_datalink_log, percentile_nearest, write_perf_json
 from calibrate.space import PARAMETERS, bounds_from_target, warm_start
 from calibrate.targets.datadir import read_data_dir
@@ -182,6 +182,8 @@ def test_mahimahi_targets_evidence_matches_their_emulators(name):
     assert evidence.queue_at_least <= truth["queue"] <= evidence.queue_at_most
     assert evidence.queue_at_most - evidence.queue_at_least <= 1
     assert evidence.capacity_mbps == pytest.approx(truth["rate"], rel=0.01)
+    low, high = evidence.propagation_interval_ms  # what the reported delay ranges are narrowed to
+    assert low <= truth["delay"] <= high and high - low <= 2 * HOST_ALLOWANCE_MS + 1
 
 
 @pytest.mark.parametrize("name", sorted(TRUTH))

@@ -68,6 +68,37 @@ def test_ranges_cover_the_flat_direction_and_are_narrow_along_the_sharp_ones(nam
     assert ranges["delay"].low == int(ranges["delay"].low)  # whole ms, as the emulator takes them
 
 
+@pytest.mark.parametrize("name", ["gpytorch", "skopt"])
+def test_the_difference_from_the_incumbent_is_taken_under_the_joint_posterior(name):
+    from calibrate.optimizers.base import Optimizer
+
+    opt = searched(name, 0, budget=18)
+    best = opt.best().x
+    xs = np.vstack([best, np.clip(best + 0.005, 0, 1), np.random.default_rng(3).random((40, SPACE.dim))])
+    joint = opt._latent_difference(xs, best)
+    independent = Optimizer._latent_difference(opt, xs, best)
+    assert joint[0] == pytest.approx(0.0, abs=1e-6)  # the incumbent against itself
+    assert joint[1] < 0.5 * independent[1]  # a close neighbour moves with the incumbent
+    assert np.all(joint <= independent * 1.5 + 1e-9)
+    assert np.allclose(joint[2:], independent[2:], rtol=0.5)  # far away: nearly independent
+
+
+def test_link_logs_narrow_the_delay_range_to_what_they_allow():
+    from calibrate.evidence import PathEvidence, RunEvidence
+
+    opt = searched("gpytorch", 0)
+    model = {r.name: r for r in ranges_of(opt, SPACE).ranges}
+    best_delay = SPACE.to_values(opt.best().x)["delay"]
+    runs = [RunEvidence("cubic", 1, 1000, propagation_ms=best_delay, propagation_max_ms=best_delay + 0.5)]
+    narrowed = {r.name: r for r in ranges_of(opt, SPACE, PathEvidence(tuple(runs))).ranges}
+    assert narrowed["delay"].low == max(model["delay"].low, best_delay - 2.0)
+    assert narrowed["delay"].high == min(model["delay"].high, best_delay + 0.5)
+    assert narrowed["rate"] == model["rate"] and narrowed["queue"] == model["queue"]
+    # logs that rule the incumbent out (the losing link kind's) leave the model's range
+    far = [RunEvidence("cubic", 1, 1000, propagation_ms=best_delay + 20, propagation_max_ms=best_delay + 21)]
+    assert {r.name: r for r in ranges_of(opt, SPACE, PathEvidence(tuple(far))).ranges} == model
+
+
 def test_no_model_no_range():
     random = ranges_of(searched("random", 0, budget=9), SPACE)
     assert not random.ranges and "random search has no model" in random.note

@@ -45,6 +45,7 @@ with warnings.catch_warnings():
     from botorch.models import SingleTaskGP
     from botorch.models.transforms.outcome import Standardize
     from botorch.optim import optimize_acqf
+    from botorch.posteriors import GPyTorchPosterior
     from botorch.sampling.normal import SobolQMCNormalSampler
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
@@ -144,6 +145,17 @@ class BoTorchGP(Optimizer):
             mean = -posterior.mean.reshape(-1).numpy()  # the model is fit to −g
             sd = posterior.variance.clamp_min(0.0).sqrt().reshape(-1).numpy()
         return mean, sd
+
+    def _latent_difference(self, xs: np.ndarray, x0: np.ndarray) -> np.ndarray:
+        model = self._fit()
+        points = torch.tensor(xs, dtype=_DTYPE)
+        pairs = torch.stack([torch.tensor(x0, dtype=_DTYPE).expand_as(points), points], dim=1)
+        with torch.no_grad():  # one 2-point joint posterior per x: (n, 2, 2) covariances
+            posterior = model.posterior(pairs)
+            assert isinstance(posterior, GPyTorchPosterior)  # Standardize untransforms to one
+            cov = posterior.mvn.covariance_matrix
+        variance = cov[:, 0, 0] + cov[:, 1, 1] - 2.0 * cov[:, 0, 1]
+        return variance.clamp_min(0.0).sqrt().numpy()
 
     def _max_expected_improvement(self) -> float:
         """Analytic EI of one point against the incumbent's estimate (`estimates`: the plug-in

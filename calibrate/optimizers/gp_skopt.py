@@ -26,6 +26,9 @@ from skopt.utils import cook_estimator
 
 from calibrate.optimizers.base import Optimizer, choice, sobol, stream_seed
 
+#: points per joint posterior in `_latent_difference` (a 501 × 501 covariance: ~2 MB)
+_JOINT_CHUNK = 500
+
 
 class SkoptGP(Optimizer):
     """GP + EI via scikit-optimize (see module docstring)."""
@@ -97,6 +100,18 @@ class SkoptGP(Optimizer):
             warnings.filterwarnings("ignore", "Predicted variances smaller than 0")
             mean, sd = opt.models[-1].predict(opt.space.transform(xs.tolist()), return_std=True)
         return np.asarray(mean, dtype=float), np.asarray(sd, dtype=float)
+
+    def _latent_difference(self, xs: np.ndarray, x0: np.ndarray) -> np.ndarray:
+        # the joint posterior of x0 and a chunk of xs at a time (a chunk² covariance each)
+        gp, opt = self._model().models[-1], self._model()
+        out = []
+        for start in range(0, len(xs), _JOINT_CHUNK):
+            chunk = np.vstack([x0[None, :], xs[start:start + _JOINT_CHUNK]])
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Predicted variances smaller than 0")
+                _, cov = gp.predict(opt.space.transform(chunk.tolist()), return_cov=True)
+            out.append(np.diag(cov)[1:] + cov[0, 0] - 2.0 * cov[0, 1:])
+        return np.sqrt(np.maximum(np.concatenate(out), 0.0))
 
     def _max_expected_improvement(self) -> float:
         """EI (xi = 0) against the incumbent's estimate (`estimates`), maximized over a Sobol

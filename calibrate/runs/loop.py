@@ -336,7 +336,7 @@ class Calibration:
         record = Evaluation.from_json(record.to_json())
         self.directory.append(record)
         search.records.append(record)
-        search.ranges = ranges_of(search.optimizer, self.problem.space)
+        search.ranges = ranges_of(search.optimizer, self.problem.space, self.target.evidence)
         self._latest.append({"link": search.link, "n": len(search.records), "f": error.f,
                              "noise": noise, "emulator": record.emulator})
         del search.running[candidate.id]
@@ -354,7 +354,7 @@ class Calibration:
             if len(search.records) >= self.config.budget:
                 search.stopped = "budget"
             if search.records:  # a resumed search: the live display shows them from the start
-                search.ranges = ranges_of(search.optimizer, self.problem.space)
+                search.ranges = ranges_of(search.optimizer, self.problem.space, self.target.evidence)
         try:
             while True:
                 if self._deadline_passed(session_start):
@@ -436,7 +436,7 @@ class Calibration:
                 "schemes": list(record.schemes), "best_observed_f": search.best_f,
                 "refined": sum(r.phase == "refine" for r in search.records),
                 "confident": search.confident,
-                **ranges_of(search.optimizer, self.problem.space).to_json(),
+                **ranges_of(search.optimizer, self.problem.space, self.target.evidence).to_json(),
             }
         scored = {link: v["f"] for link, v in links.items() if "f" in v}
         winner = min(scored, key=scored.__getitem__) if scored else None

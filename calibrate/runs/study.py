@@ -332,7 +332,7 @@ class Study:
                                               study={**record.study, **tags}).to_json())
         self.directory.append(record)
         self.records.append(record)
-        search.ranges = ranges_of(search.optimizer, search.space)
+        search.ranges = ranges_of(search.optimizer, search.space, self.directory.target.evidence)
         self._latest.append({"link": search.name, "n": len(self.records), "f": record.f,
                              "noise": record.noise, "emulator": record.emulator})
 
