@@ -27,7 +27,8 @@ COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.sch
             "calibrate.cli.run", "calibrate.cli.score", "calibrate.cli.export",
             "calibrate.cli.loo",
             "calibrate.cli.ablate",
-            "calibrate.cli.cluster"]
+            "calibrate.cli.cluster",
+            "calibrate.cli.serve", "calibrate.cli.submit"]
 
 
 def command_for_kind(kind: str):

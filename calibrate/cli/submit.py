@@ -1,0 +1,171 @@
+"""The service's client: `calibrate submit TARGET`, `calibrate jobs`, `calibrate fetch ID`.
+
+Run anywhere that reaches a `calibrate serve` (--server URL, or CALIBRATE_SERVER); no root, no
+engine, no Ray here.  `submit` takes `calibrate run`'s options and sends them as the request's
+options (the server fills in the rest, and answers with the job that already has the same
+target content and options, unless --force); a TARGET that is a local file (an archive or a
+table) is uploaded.  --wait follows the job's events until it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from calibrate.cli.common import fmt_f
+from calibrate.errors import RunFailed
+
+
+def _add_server_options(parser: argparse.ArgumentParser, *, write: bool = False) -> None:
+    from calibrate.service.settings import DEFAULT_SERVER, ENV_SERVER, ENV_TOKEN
+
+    group = parser.add_argument_group("the server")
+    group.add_argument("--server", metavar="URL",
+                       help=f"the calibration server (env {ENV_SERVER}; default {DEFAULT_SERVER})")
+    if write:
+        group.add_argument("--token", help=f"its API token (env {ENV_TOKEN}); `calibrate serve token "
+                                           f"create` on the server makes one")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from calibrate.space import PARAMETERS
+
+    submit = subparsers.add_parser(
+        "submit", help="submit a calibration to a calibration server (calibrate serve)",
+        description="Ask a calibration server to calibrate an emulator to TARGET (a bundled name, a "
+        "Pantheon result ID, or a local archive or table, which is uploaded) with `calibrate run`'s "
+        "options; print the job. The same target content and options return the job that has them "
+        "already, unless --force.")
+    submit.add_argument("target", metavar="TARGET",
+                        help="a bundled name (nepal), a Pantheon result ID (P188), or a local archive "
+                             "(.tar.gz/.tar.xz/.zip) or table (.csv/.json) to upload")
+    options = submit.add_argument_group("calibrate run's options (the server's defaults when left out)")
+    options.add_argument("--schemes", metavar="A,B|all")
+    options.add_argument("--links", metavar="KINDS", help="constant, poisson or constant,poisson")
+    options.add_argument("--budget", type=int, help="evaluations per link kind")
+    options.add_argument("--replicates", type=int, metavar="K")
+    options.add_argument("--runtime", type=float, metavar="S")
+    options.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"))
+    options.add_argument("--seed", type=int)
+    options.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                         help=f"fix a parameter ({', '.join(PARAMETERS)}); repeatable")
+    options.add_argument("--bound", action="append", default=[], metavar="NAME=LO:HI",
+                         help="a parameter's search bounds; repeatable")
+    options.add_argument("--time-limit", type=float, metavar="S")
+    options.add_argument("--n-initial", type=int, metavar="N")
+    submit.add_argument("--force", action="store_true", help="run it again even if it ran already")
+    submit.add_argument("--wait", action="store_true",
+                        help="follow the job (one line per finished evaluation) until it ends")
+    submit.add_argument("--json", action="store_true",
+                        help="print the server's answer (with --wait: the finished job) as JSON on stdout "
+                             "instead of lines")
+    _add_server_options(submit, write=True)
+    submit.set_defaults(func=_submit)
+
+    jobs = subparsers.add_parser("jobs", help="the calibrations on a calibration server",
+                                 description="List a calibration server's calibrations, newest first.")
+    jobs.add_argument("--state", choices=("queued", "running", "done", "failed", "cancelled"))
+    jobs.add_argument("--json", action="store_true", help="print JSON on stdout instead of tables")
+    _add_server_options(jobs)
+    jobs.set_defaults(func=_jobs)
+
+    fetch = subparsers.add_parser("fetch", help="download a finished calibration's export",
+                                  description="Download the export of calibration ID (emulator.json, the "
+                                  "Mahimahi command line and its traces, the figures) and unpack it.")
+    fetch.add_argument("job_id", metavar="ID")
+    fetch.add_argument("--out", type=Path, metavar="DIR", help="where to unpack it (default: ./calibration-ID)")
+    _add_server_options(fetch)
+    fetch.set_defaults(func=_fetch)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    from calibrate.cli.run import parse_bounds, parse_fixed
+
+    given = {"schemes": args.schemes, "links": args.links, "budget": args.budget,
+             "replicates": args.replicates, "runtime": args.runtime, "optimizer": args.optimizer,
+             "seed": args.seed, "time_limit": args.time_limit, "n_initial": args.n_initial}
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if args.fix:
+        options["fix"] = parse_fixed(args.fix)
+    if args.bound:
+        options["bound"] = {k: list(v) for k, v in parse_bounds(args.bound).items()}
+    return options
+
+
+def _progress_text(job: dict[str, Any]) -> str:
+    return ", ".join(f"{link} {p['done']}/{p['budget']}" for link, p in (job.get("progress") or {}).items())
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from calibrate.service.client import Client
+
+    client = Client.from_options(args.server, args.token)
+    answer = client.submit(args.target, _options(args), force=args.force)
+    job_id = answer["id"]
+    if args.json and not args.wait:
+        print(json.dumps(answer, indent=2))
+        return 0
+    how = "the same calibration exists already" if answer.get("existing") else "submitted"
+    print(f"calibrate: {how}: job {job_id} ({answer['state']}), {client.server}{answer['urls']['self']}",
+          file=sys.stderr)
+    if not args.wait:
+        print(job_id)
+        return 0
+    for event in client.events(job_id):
+        if event.name == "evaluation":
+            r = event.data
+            print(f"{r['link']:>8} #{r['n']:<3} f = {r['f']:6.1f} %  (noise {fmt_f(r.get('noise'))})  "
+                  f"{r['emulator']}", file=sys.stderr)
+        elif event.name == "state":
+            print(f"calibrate: job {job_id}: {event.data['state']}", file=sys.stderr)
+        elif event.name == "end":
+            break
+    job = client.job(job_id)
+    if args.json:
+        print(json.dumps(job, indent=2))
+    if job["state"] != "done":
+        raise RunFailed(f"job {job_id} ended {job['state']}" + (f": {job['message']}" if job.get("message") else ""))
+    best = job.get("best") or {}
+    if not args.json:
+        print(f"calibrate: job {job_id} done in {job.get('elapsed_s') or 0:.0f} s: {best.get('link')} f = "
+              f"{fmt_f(best.get('f'))}; emulator: {best.get('text')}", file=sys.stderr)
+        print(f"calibrate: download it with `calibrate fetch {job_id} --server {client.server}`", file=sys.stderr)
+        print(job_id)
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from calibrate.service.client import Client
+
+    client = Client.from_options(args.server, None)
+    jobs = client.jobs(args.state)
+    if args.json:
+        print(json.dumps(jobs, indent=2))
+        return 0
+    table = Table(title=f"calibrations on {client.server} ({len(jobs)})", title_justify="left")
+    for column in ("id", "state", "target", "evaluations", "best f", "created", "message"):
+        table.add_column(column)
+    for job in jobs:
+        best = job.get("best") or {}
+        table.add_row(job["id"], job["state"], job["target"], _progress_text(job), fmt_f(best.get("f")),
+                      job["created"], (job.get("message") or "")[:80])
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from calibrate.service.client import Client
+
+    client = Client.from_options(args.server, None)
+    out = client.fetch(args.job_id, args.out or Path(f"calibration-{args.job_id}"))
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    print(f"calibrate: export of {args.job_id} in {out} ({len(files)} files; the emulator: "
+          f"{out / 'mahimahi.txt'})", file=sys.stderr)
+    print(out)
+    return 0

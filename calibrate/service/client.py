@@ -1,0 +1,175 @@
+"""The service's HTTP client (`calibrate submit`, `jobs`, `fetch`): what a researcher runs on
+their own machine, without root.  Every failure is one `CalibrateError` whose message says what
+to do: the server unreachable (`EnvironmentProblem`), or its refusal with its own sentence
+(`InputError`), or a job that failed (`RunFailed`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.service.settings import DEFAULT_SERVER, ENV_SERVER, ENV_TOKEN
+from calibrate.targets.archive import extract_archive
+
+
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event."""
+
+    name: str
+    data: Any
+    id: str | None = None
+
+
+def parse_events(lines: Iterator[str]) -> Iterator[Event]:
+    """Server-sent events from the lines of a text/event-stream."""
+    name, ident = "message", None
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                text = "\n".join(data)
+                try:
+                    value: Any = json.loads(text)
+                except ValueError:
+                    value = text
+                yield Event(name, value, ident)
+            name, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value_text = line.partition(":")
+        value_text = value_text.removeprefix(" ")
+        if field == "event":
+            name = value_text
+        elif field == "data":
+            data.append(value_text)
+        elif field == "id":
+            ident = value_text
+
+
+@dataclass
+class Client:
+    """A calibration server at `server` (its base URL), with the API token for writes."""
+
+    server: str
+    token: str | None = None
+    timeout_s: float = 60.0
+
+    @classmethod
+    def from_options(cls, server: str | None, token: str | None) -> Client:
+        url = (server or os.environ.get(ENV_SERVER) or DEFAULT_SERVER).rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"--server {url!r} is not an http:// or https:// URL; e.g. {DEFAULT_SERVER}")
+        return cls(url, token or os.environ.get(ENV_TOKEN) or None)
+
+    # -- transport
+
+    def _headers(self, write: bool) -> dict[str, str]:
+        if not write:
+            return {}
+        if not self.token:
+            raise InputError(f"submitting and cancelling need the server's API token: give --token TOKEN or "
+                             f"set {ENV_TOKEN} (the server's operator makes one with `calibrate serve token "
+                             f"create`)")
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def _unreachable(self, error: Exception) -> EnvironmentProblem:
+        reason = str(error) or type(error).__name__
+        return EnvironmentProblem(f"cannot reach the calibration server at {self.server} ({reason}); check "
+                                  f"--server (or {ENV_SERVER}) and that `calibrate serve` runs there")
+
+    def _refused(self, response: httpx.Response) -> InputError:
+        try:
+            detail = response.json().get("detail")
+        except (ValueError, AttributeError):
+            detail = None
+        if not isinstance(detail, str):
+            detail = response.text.strip()[:300] or response.reason_phrase
+        return InputError(f"the server refused (HTTP {response.status_code}): {detail}")
+
+    def request(self, method: str, path: str, *, write: bool = False, **kwargs: Any) -> httpx.Response:
+        headers = self._headers(write)
+        try:
+            response = httpx.request(method, self.server + path, headers=headers, timeout=self.timeout_s,
+                                     **kwargs)
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from None
+        if response.status_code >= 400:
+            raise self._refused(response)
+        return response
+
+    # -- the API
+
+    def submit(self, target: str, options: Mapping[str, Any], *, force: bool = False) -> dict[str, Any]:
+        """POST /v1/calibrations: a named target, or a local file (archive or table) uploaded."""
+        path = Path(target).expanduser()
+        if path.is_dir():
+            raise InputError(f"{target} is a directory; pack it first (tar czf result.tar.gz {target}) and "
+                             f"submit the archive")
+        if path.is_file():
+            body = json.dumps({"options": dict(options), "force": force})
+            with open(path, "rb") as f:
+                return self.request("POST", "/v1/calibrations", write=True,
+                                    files={"archive": (path.name, f)}, data={"request": body}).json()
+        request = {"target": target, "options": dict(options), "force": force}
+        return self.request("POST", "/v1/calibrations", write=True, json=request).json()
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/calibrations/{job_id}").json()
+
+    def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
+        params = {"state": state} if state else {}
+        return self.request("GET", "/v1/calibrations", params=params).json()["calibrations"]
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/calibrations/{job_id}", write=True).json()
+
+    def events(self, job_id: str) -> Iterator[Event]:
+        """The job's events (every finished evaluation, then state changes, then `end`)."""
+        url = f"{self.server}/v1/calibrations/{job_id}/events"
+        try:
+            with httpx.stream("GET", url, timeout=httpx.Timeout(self.timeout_s, read=None)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self._refused(response)
+                yield from parse_events(response.iter_lines())
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from None
+
+    def fetch(self, job_id: str, out: Path) -> Path:
+        """Download the export of a finished calibration and unpack it (safely) into `out`."""
+        out = Path(out)
+        if out.exists():
+            raise InputError(f"--out {out} exists already; choose another directory or remove it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+        try:
+            archive = staging / "export.zip"
+            try:
+                with httpx.stream("GET", f"{self.server}/v1/calibrations/{job_id}/export",
+                                  timeout=self.timeout_s) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise self._refused(response)
+                    with open(archive, "wb") as f:
+                        for chunk in response.iter_bytes():
+                            f.write(chunk)
+            except httpx.TransportError as error:
+                raise self._unreachable(error) from None
+            unpacked = extract_archive(archive, staging / "unpacked")
+            inner = [p for p in unpacked.root.iterdir()]
+            source = inner[0] if len(inner) == 1 and inner[0].is_dir() else unpacked.root
+            os.replace(source, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return out

@@ -1,0 +1,455 @@
+"""What a request may ask for, checked before anything runs; and a job made of it.
+
+A request names a target (a bundled name or a Pantheon result ID — never a path on the server)
+or uploads one (an archive or a table, saved by the server under a name it chooses), and gives
+options from a fixed list (`RunOptions`, `ScoreRequest`).  Only these options become
+command-line flags of the job's `calibrate run` / `score` (`run_flags`, `score_flags`), each
+written as one ``--name=value`` token, and the server adds the ones that place files
+(``--out``, ``--cache-dir``, ``--json-out``), all under its root: no request can make it read or
+write anywhere else.
+
+The target is loaded once, here, with the command line's readers (`calibrate.targets`): a bad
+name, a result ID that cannot be fetched or an upload that is not a result is refused with the
+reader's message, before a job exists.  The job then runs on the target as loaded (its
+``input/target.json``), so it never fetches anything and runs exactly the content addressed:
+
+- a named target's content digest is the SHA-256 of the loaded Target's canonical JSON (sorted
+  keys), less the two provenance fields that say how it was typed (``source``, ``notes``), so
+  ``nepal`` and ``bundled:nepal``, ``P188`` and ``188`` are one content;
+- an upload's is the SHA-256 of its bytes;
+- a job's digest is the SHA-256 of its kind, that content digest and the options *normalized*:
+  every default filled in, the link kinds as the target resolves them (`links_for`), so ``{}``
+  and ``{"budget": 30}`` are the same request.  Its id is the digest's first 16 hex digits; a
+  forced resubmission (``force``) adds ``-2``, ``-3``, ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from calibrate.emulator import EmulatorConfig
+from calibrate.errors import CalibrateError, InputError
+from calibrate.runs.config import LINK_KINDS, RunConfig, host_schemes, links_for, problem_of, registry_of
+from calibrate.scripted import MAX_RUNTIME_S
+from calibrate.service.settings import ServiceSettings
+from calibrate.service.store import CALIBRATION, QUEUED, SCORE, Job, Store, now
+from calibrate.space import PARAMETERS
+from calibrate.targets.archive import ARCHIVE_SUFFIXES
+from calibrate.targets.bundled import bundled_targets, load_bundled
+from calibrate.targets.load import BUNDLED_PREFIX, load_path
+from calibrate.targets.model import Target
+from calibrate.targets.result_id import FetchOptions, looks_like_result_id, parse_result_id, read_result
+
+_DEFAULTS = RunConfig(target="")
+#: table suffixes an upload may have (archives: `calibrate.targets.archive.ARCHIVE_SUFFIXES`)
+TABLE_SUFFIXES = (".csv", ".json", ".txt")
+UPLOAD_SUFFIXES = (*ARCHIVE_SUFFIXES, *TABLE_SUFFIXES)
+_SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+MAX_BUDGET = 1000
+MAX_REPLICATES = 100
+INPUT_DIR = "input"
+TARGET_FILE = "target.json"
+RUN_DIR = "run"
+LOG_FILE = "log.txt"
+SCORE_FILE = "score.json"
+_CHUNK = 1024 * 1024
+
+
+class UploadTooLarge(InputError):
+    """An upload past --max-upload-bytes (HTTP 413)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The requests
+
+
+def scheme_list(value: str | list[str] | None) -> list[str] | None:
+    """Scheme labels as a request gives them ('cubic,vegas' or a list); None for every one."""
+    names = _names(value, "schemes")
+    if names is None or names == ["all"]:
+        return None
+    if "all" in names:
+        raise ValueError("'all' means every scheme; give it alone")
+    bad = [n for n in names if not _SCHEME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a scheme label (letters, digits, '_', '.', '+', '-')")
+    return names
+
+
+def _names(value: str | list[str] | None, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    items = [v for v in items if v]
+    if not items:
+        raise ValueError(f"{what} is empty: name some, or leave it out")
+    return items
+
+
+class RunOptions(BaseModel):
+    """The options of `calibrate run` a request may give (the rest are the server's)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    schemes: str | list[str] | None = Field(
+        default=None, description="target schemes to score, 'cubic,vegas' or a list; 'all' or none: every one")
+    links: str | list[str] | None = Field(
+        default=None, description="link kinds: constant, poisson or both (default: what the target shows, else both)")
+    budget: int = Field(default=_DEFAULTS.budget, ge=1, le=MAX_BUDGET, description="evaluations per link kind")
+    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, description="runs of each scheme")
+    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, description="seconds per run")
+    optimizer: Literal["gpytorch", "skopt", "random"] = "gpytorch"  # RunConfig's (tests check)
+    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1)
+    fix: dict[str, float] = Field(default_factory=dict, description="fixed parameters, e.g. {\"loss\": 0}")
+    bound: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="search bounds, e.g. {\"queue\": [10, 400]}")
+    time_limit: float | None = Field(default=None, gt=0, le=30 * 86400, description="seconds of calibration")
+    n_initial: int | None = Field(default=None, ge=1, le=MAX_BUDGET, description="initial design size")
+
+    @field_validator("schemes")
+    @classmethod
+    def _schemes(cls, value: str | list[str] | None) -> list[str] | None:
+        return scheme_list(value)
+
+    @field_validator("links")
+    @classmethod
+    def _links(cls, value: str | list[str] | None) -> list[str] | None:
+        kinds = _names(value, "links")
+        if kinds is None:
+            return None
+        unknown = [k for k in kinds if k not in LINK_KINDS]
+        if unknown:
+            raise ValueError(f"unknown link kind {unknown[0]!r}; the kinds are {' and '.join(LINK_KINDS)}")
+        return list(dict.fromkeys(kinds))
+
+    @field_validator("fix", "bound")
+    @classmethod
+    def _parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = [k for k in value if k not in PARAMETERS]
+        if unknown:
+            raise ValueError(f"unknown parameter {unknown[0]!r}; the parameters are {', '.join(PARAMETERS)}")
+        return value
+
+    @field_validator("bound")
+    @classmethod
+    def _bounds(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for name, (low, high) in value.items():
+            if not low < high:
+                raise ValueError(f"{name}: the low bound {low:g} must be below the high one {high:g}")
+        return value
+
+
+class CalibrationRequest(BaseModel):
+    """POST /v1/calibrations: a named target (or, in a multipart request, an `archive` file and
+    no target), the options, and whether to run again what was run already."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str | None = Field(default=None, max_length=300, description="a bundled name (nepal, bundled:nepal) "
+                               "or a Pantheon result ID (P188, 188 or its URL)")
+    options: RunOptions = Field(default_factory=lambda: RunOptions.model_validate({}))
+    force: bool = Field(default=False, description="run again even if the same content and options ran")
+
+
+class ScoreRequest(BaseModel):
+    """POST /v1/scores: f of one given emulator on a target (`calibrate score`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    target: str = Field(..., max_length=300, description="a bundled name or a Pantheon result ID")
+    emulator: str = Field(..., min_length=1, max_length=2000,
+                          description="a Mahimahi command line or Pantheon test.py arguments; traces "
+                                      "named by rate (12mbps.trace, 0.57mbps-poisson.trace)")
+    schemes: str | list[str] | None = None
+    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES)
+    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S)
+    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1)
+    force: bool = False
+
+    @field_validator("schemes")
+    @classmethod
+    def _schemes(cls, value: str | list[str] | None) -> list[str] | None:
+        return scheme_list(value)
+
+    @model_validator(mode="after")
+    def _no_files(self) -> ScoreRequest:
+        if "/" in self.emulator or "\\" in self.emulator:
+            raise ValueError("emulator: the server reads no trace files; name traces by rate "
+                             "(12mbps.trace, 0.57mbps-poisson.trace), without a directory")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# Targets
+
+
+def fetch_options(settings: ServiceSettings, *, offline: bool | None = None) -> FetchOptions:
+    """Fetching under the server's root: its cache, its extraction limit, no progress bars."""
+    return FetchOptions.from_environment(cache_dir=settings.cache_dir, offline=offline,
+                                         max_extract_bytes=settings.max_extract_bytes, progress=False)
+
+
+def load_named(spec: str, settings: ServiceSettings) -> Target:
+    """A bundled target or a Pantheon result ID; never a path on the server."""
+    spec = spec.strip()
+    bundled = bundled_targets()
+    name = spec.removeprefix(BUNDLED_PREFIX)
+    if name in bundled:
+        return load_bundled(name)
+    if spec.startswith(BUNDLED_PREFIX):
+        raise InputError(f"no bundled target {name!r}; the bundled ones are {', '.join(sorted(bundled))}")
+    if looks_like_result_id(spec):
+        result_id, _ = parse_result_id(spec)  # a URL names the ID; the server fetches from its own site
+        return read_result(f"P{result_id}", fetch_options(settings))
+    raise InputError(f"target {spec!r} is neither a bundled target ({', '.join(sorted(bundled))}) nor a "
+                     f"Pantheon result ID (P188, 188 or https://pantheon.stanford.edu/result/188/); to "
+                     f"calibrate to your own archive or table, upload it (multipart field 'archive')")
+
+
+def target_digest(target: Target) -> str:
+    """The SHA-256 of the target's content (module docstring)."""
+    data = target.to_json()
+    data["provenance"] = {k: v for k, v in data["provenance"].items() if k not in ("source", "notes")}
+    return _sha256_json(data)
+
+
+def _sha256_json(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def upload_suffix(filename: str | None) -> str:
+    """The suffix the server names an upload with: a known archive or table suffix."""
+    name = (filename or "").lower()
+    for suffix in sorted(UPLOAD_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return suffix
+    raise InputError(f"upload {filename!r}: expected a Pantheon result archive "
+                     f"({', '.join(ARCHIVE_SUFFIXES)}) or a summary table ({', '.join(TABLE_SUFFIXES)})")
+
+
+@dataclass(frozen=True)
+class SavedUpload:
+    """An upload as received: in a directory of its own under ROOT/uploads."""
+
+    directory: Path
+    path: Path
+    sha256: str
+    filename: str  # as the client named it (shown, never used as a path)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def save_upload(source: BinaryIO, filename: str | None, settings: ServiceSettings) -> SavedUpload:
+    """Copy an upload under ROOT/uploads with a name of the server's choosing, hashing it and
+    refusing it past --max-upload-bytes."""
+    suffix = upload_suffix(filename)
+    directory = settings.uploads_dir / uuid.uuid4().hex
+    directory.mkdir(parents=True)
+    path = directory / f"upload{suffix}"
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(path, "wb") as out:
+            while chunk := source.read(_CHUNK):
+                size += len(chunk)
+                if size > settings.max_upload_bytes:
+                    raise UploadTooLarge(f"the upload is larger than this server's limit of "
+                                         f"{settings.max_upload_bytes} bytes (--max-upload-bytes); "
+                                         f"send a smaller archive (the data archive, without raw "
+                                         f"tunnel logs)")
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    shown = Path((filename or "").replace("\\", "/")).name[:200]
+    return SavedUpload(directory, path, digest.hexdigest(), shown)
+
+
+def load_upload(upload: SavedUpload, settings: ServiceSettings) -> Target:
+    """The uploaded target; a refusal names the upload as the client named it, not the place
+    the server keeps it."""
+    try:
+        return load_path(upload.path, fetch=fetch_options(settings, offline=True))
+    except InputError as error:
+        text = str(error).replace(str(upload.path), f"the upload {upload.filename!r}")
+        raise InputError(text.replace("the download may be incomplete: delete it and fetch it again",
+                                      "send the archive again, whole")) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Options, normalized and checked as `calibrate run` would check them
+
+
+def run_config(spec: str, options: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig of normalized options (`normalize_run`)."""
+    return RunConfig(target=spec, schemes=tuple(options["schemes"] or ()), budget=options["budget"],
+                     optimizer=options["optimizer"], runtime_s=options["runtime"],
+                     replicates=options["replicates"], links=tuple(options["links"]),
+                     seed=options["seed"], time_limit_s=options["time_limit"],
+                     n_initial=options["n_initial"], fixed=dict(options["fix"]),
+                     bounds={k: (v[0], v[1]) for k, v in options["bound"].items()})
+
+
+def _check_problem(target: Target, config: RunConfig) -> None:
+    """What `calibrate run` checks before it writes anything: the schemes (in the target, and
+    runnable here), the space with the fixed values and bounds."""
+    registry = registry_of(config)
+    host_schemes(problem_of(target, config, registry), registry)
+
+
+def normalize_run(options: RunOptions, spec: str, target: Target) -> dict[str, Any]:
+    """Every option with its value (defaults filled in, link kinds resolved), checked."""
+    normalized = {
+        "schemes": options.schemes, "links": list(links_for(target, tuple(options.links or ()))),
+        "budget": options.budget, "replicates": options.replicates, "runtime": options.runtime,
+        "optimizer": options.optimizer, "seed": options.seed,
+        "fix": {k: options.fix[k] for k in sorted(options.fix)},
+        "bound": {k: list(options.bound[k]) for k in sorted(options.bound)},
+        "time_limit": options.time_limit, "n_initial": options.n_initial}
+    _check_problem(target, run_config(spec, normalized))
+    return normalized
+
+
+def normalize_score(request: ScoreRequest, target: Target) -> dict[str, Any]:
+    """A score's options, checked; the emulator rewritten as the canonical Mahimahi command."""
+    emulator = EmulatorConfig.parse(request.emulator, trace_seed=request.seed)
+    if emulator.uplink_trace is not None or emulator.downlink_trace is not None:
+        raise InputError("emulator: the server reads no trace files; name traces by rate "
+                         "(12mbps.trace, 0.57mbps-poisson.trace)")
+    normalized = {"emulator": emulator.mahimahi_command(), "schemes": request.schemes,
+                  "replicates": request.replicates, "runtime": request.runtime, "seed": request.seed}
+    config = RunConfig(target=request.target, schemes=tuple(request.schemes or ()),
+                       runtime_s=request.runtime, replicates=request.replicates, seed=request.seed)
+    _check_problem(target, config)
+    return normalized
+
+
+def _number(value: float) -> str:
+    """A number as a flag's value: whole numbers without a decimal point, others exactly."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def run_flags(options: Mapping[str, Any]) -> list[str]:
+    """The `calibrate run` flags of normalized options, one ``--name=value`` token each."""
+    flags = [f"--links={','.join(options['links'])}", f"--budget={options['budget']}",
+             f"--replicates={options['replicates']}", f"--runtime={_number(options['runtime'])}",
+             f"--optimizer={options['optimizer']}", f"--seed={options['seed']}"]
+    if options["schemes"]:
+        flags.append(f"--schemes={','.join(options['schemes'])}")
+    flags += [f"--fix={name}={_number(value)}" for name, value in options["fix"].items()]
+    flags += [f"--bound={name}={_number(low)}:{_number(high)}" for name, (low, high) in options["bound"].items()]
+    if options["time_limit"] is not None:
+        flags.append(f"--time-limit={_number(options['time_limit'])}")
+    if options["n_initial"] is not None:
+        flags.append(f"--n-initial={options['n_initial']}")
+    return flags
+
+
+def score_flags(options: Mapping[str, Any]) -> list[str]:
+    """The `calibrate score` flags of a score's normalized options."""
+    flags = [f"--emulator={options['emulator']}", f"--replicates={options['replicates']}",
+             f"--runtime={_number(options['runtime'])}", f"--seed={options['seed']}"]
+    if options["schemes"]:
+        flags.append(f"--schemes={','.join(options['schemes'])}")
+    return flags
+
+
+# ----------------------------------------------------------------------------------------------
+# Jobs
+
+
+def job_digest(kind: str, content: str, options: Mapping[str, Any]) -> str:
+    return _sha256_json({"kind": kind, "content": content, "options": options})
+
+
+@dataclass
+class Intake:
+    """Makes jobs of checked requests (content-addressed), in the store and under the root."""
+
+    settings: ServiceSettings
+    store: Store
+    wake: Callable[[], None] = lambda: None  # tells the scheduler a job is queued
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.jobs_dir / job_id
+
+    def calibration(self, request: CalibrationRequest, upload: SavedUpload | None = None) -> tuple[Job, bool]:
+        """(the job, whether it existed already) for a checked request; `upload` is the target
+        when the request names none.  Raises CalibrateError (the request is refused)."""
+        try:
+            if upload is not None:
+                if request.target is not None:
+                    raise InputError("give either a target name or an uploaded archive, not both")
+                target, spec, content = load_upload(upload, self.settings), upload.filename, upload.sha256
+            else:
+                if request.target is None or not request.target.strip():
+                    raise InputError("no target: give \"target\" (a bundled name or a Pantheon result ID), "
+                                     "or upload an archive or table as the multipart field 'archive'")
+                spec = request.target.strip()
+                target = load_named(spec, self.settings)
+                content = target_digest(target)
+            options = normalize_run(request.options, spec, target)
+            return self._make(CALIBRATION, spec, target, content, options, request.force, upload)
+        finally:
+            if upload is not None:
+                upload.discard()  # moved into its job by now, or not needed
+
+    def score(self, request: ScoreRequest) -> tuple[Job, bool]:
+        spec = request.target.strip()
+        target = load_named(spec, self.settings)
+        options = normalize_score(request, target)
+        return self._make(SCORE, spec, target, target_digest(target), options, request.force, None)
+
+    def _make(self, kind: str, spec: str, target: Target, content: str, options: dict[str, Any],
+              force: bool, upload: SavedUpload | None) -> tuple[Job, bool]:
+        digest = job_digest(kind, content, options)
+        if not force:
+            existing = self.store.live_job(digest)
+            if existing is not None:
+                return existing, True
+        for attempt in range(1, 1000):
+            job_id = digest[:16] if attempt == 1 else f"{digest[:16]}-{attempt}"
+            if self.store.job(job_id) is not None or self.job_dir(job_id).exists():
+                continue
+            job = Job(id=job_id, kind=kind, digest=digest, state=QUEUED, target=spec,
+                      target_digest=content, options=options,
+                      run_dir=str(self.job_dir(job_id) / RUN_DIR), created=now())
+            if not self._prepare(job, target, upload):
+                continue  # another request took this id a moment ago
+            if self.store.add_job(job):
+                self.wake()
+                return job, False
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+            if not force:
+                existing = self.store.live_job(digest)
+                if existing is not None:
+                    return existing, True
+        raise CalibrateError(f"no free job id for digest {digest[:16]}; remove old jobs of this content")
+
+    def _prepare(self, job: Job, target: Target, upload: SavedUpload | None) -> bool:
+        """The job's directory with its input: the target as loaded, and the upload."""
+        directory = self.job_dir(job.id)
+        try:
+            directory.mkdir(parents=True)
+        except FileExistsError:
+            return False
+        inputs = directory / INPUT_DIR
+        inputs.mkdir()
+        if upload is not None:
+            os.replace(upload.path, inputs / upload.path.name)
+        (inputs / TARGET_FILE).write_text(target.dumps())
+        return True

@@ -1,0 +1,111 @@
+"""What `calibrate serve` is told, and the defaults derived from the host.
+
+How many jobs run at once (`max_running`), and the emulator slots each gets: a job is one
+`calibrate run` whose embedded Ray advertises the engines it may run side by side
+(`calibrate.evaluation`: `SLOTS_PER_CORE` per core).  Several jobs on one host must share the
+host's slots, or each would run as many engines as the host holds and every emulation would
+measure the crowded host instead of the path.  So the server gives each running job an equal
+share, ``--slots host_slots // max_running``, and by default runs as many jobs as leave each
+at least `JOB_SLOTS` (two cores' worth: one evaluation of a typical target — six schemes, a
+few replicates — in a few waves): ``max(1, host_slots // JOB_SLOTS)``, one job on a 2-core
+host, eight on a 64-core one.  On a Ray cluster (`--address`) the cluster's own slot resource
+bounds the engines of every job together, so jobs are not given a share, and the default is
+one job at a time (`--max-running` says more).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibrate.errors import InputError
+from calibrate.evaluation import SLOTS_PER_CORE
+
+DEFAULT_ROOT = Path("runs/service")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8321
+STORE_FILE = "service.sqlite"
+#: the clients' (`calibrate submit|jobs|fetch`) server and token, from the environment
+ENV_SERVER = "CALIBRATE_SERVER"
+ENV_TOKEN = "CALIBRATE_TOKEN"
+DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+#: the emulator slots a job should have at least (module docstring)
+JOB_SLOTS = 2 * SLOTS_PER_CORE
+#: the largest upload (archive or table) by default: a Pantheon data archive without the raw
+#: tunnel logs of a 10-run, 17-scheme result is a few hundred MB
+DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024**2
+#: an uploaded archive may expand to this many times its size (a decompression bomb past it)
+EXTRACT_FACTOR = 20
+#: how long a cancelled job's processes have to end after SIGTERM before they are killed: a
+#: calibration stops its Ray and its engines (each engine stops at once on SIGTERM) in seconds
+CANCEL_GRACE_S = 60.0
+
+
+def host_slots() -> int:
+    """The emulator slots of this host's embedded Ray (`calibrate.evaluation.Evaluator`)."""
+    return SLOTS_PER_CORE * (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The server's settings; everything it writes lies under `root`."""
+
+    root: Path = DEFAULT_ROOT
+    store_url: str | None = None  # default: SQLite in the root (`store`)
+    address: str | None = None  # a Ray cluster every job joins; None: each its embedded Ray
+    max_running: int | None = None  # None: the default of the module docstring
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    python: str = sys.executable  # the interpreter the jobs run `-m calibrate` with
+    cancel_grace_s: float = CANCEL_GRACE_S
+
+    def __post_init__(self) -> None:
+        if self.max_running is not None and self.max_running < 1:
+            raise InputError(f"--max-running must be at least 1 job, got {self.max_running}")
+        if self.max_upload_bytes < 1:
+            raise InputError(f"--max-upload-bytes must be at least 1, got {self.max_upload_bytes}")
+        object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+
+    @property
+    def store(self) -> str:
+        """The store's SQLAlchemy URL."""
+        return self.store_url or f"sqlite:///{self.root / STORE_FILE}"
+
+    @property
+    def running_limit(self) -> int:
+        """How many jobs run at once (module docstring)."""
+        if self.max_running is not None:
+            return self.max_running
+        return 1 if self.address else max(1, host_slots() // JOB_SLOTS)
+
+    @property
+    def job_slots(self) -> int | None:
+        """The `--slots` each job's embedded Ray gets, or None on a cluster (module docstring)."""
+        if self.address:
+            return None
+        return max(1, host_slots() // self.running_limit)
+
+    @property
+    def max_extract_bytes(self) -> int:
+        return EXTRACT_FACTOR * self.max_upload_bytes
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.root / "uploads"
+
+    def make_dirs(self) -> None:
+        for directory in (self.root, self.jobs_dir, self.cache_dir, self.uploads_dir):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise InputError(f"cannot create the service's directory {directory} "
+                                 f"({error.strerror or error}); choose another --root") from None

@@ -1,0 +1,263 @@
+"""The job store: jobs and API tokens, in SQL (SQLAlchemy Core).
+
+SQLite in the server's root by default (embedded, nothing to install), PostgreSQL by URL
+(``postgresql+psycopg://user@host/db``).  Two tables:
+
+- ``jobs``: one row per job — a calibration (`calibrate run`) or a score (`calibrate score`):
+  its id, the digest that addresses its content (`calibrate.service.intake`), state, target as
+  submitted, the normalized options (JSON), its run directory, the pid of its process, times
+  (ISO 8601, UTC), the message of a failure and the exit status.  The run directory is the
+  job's truth about its progress; the row says only where it is and in which state.
+- ``tokens``: API tokens by name, each as a random salt and the SHA-256 of salt + token; the
+  token itself is shown once, when made, and stored nowhere.
+
+Every state change is a compare-and-set on the state it expects (`Store.transition`), so the
+scheduler and a cancel racing each other cannot both win.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
+
+from calibrate.errors import EnvironmentProblem, InputError
+
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED)
+#: states a job no longer leaves
+FINISHED = (DONE, FAILED, CANCELLED)
+#: states in which a job answers a submission of the same content (the rest are tried again)
+LIVE = (QUEUED, RUNNING, DONE)
+CALIBRATION, SCORE = "calibration", "score"
+KINDS = (CALIBRATION, SCORE)
+TOKEN_PREFIX = "cal_"
+
+metadata = MetaData()
+jobs_table = Table(
+    "jobs", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("digest", String(64), nullable=False, index=True),
+    Column("state", String(16), nullable=False, index=True),
+    Column("target", Text, nullable=False),
+    Column("target_digest", String(64), nullable=False),
+    Column("options", JSON, nullable=False),
+    Column("run_dir", Text, nullable=False),
+    Column("pid", Integer),
+    Column("created", String(40), nullable=False),
+    Column("started", String(40)),
+    Column("finished", String(40)),
+    Column("message", Text),
+    Column("exit_code", Integer),
+    Column("starts", Integer, nullable=False, default=0),  # processes started: run, then resumes
+)
+tokens_table = Table(
+    "tokens", metadata,
+    Column("name", String(100), primary_key=True),
+    Column("salt", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("created", String(40), nullable=False),
+    Column("last_used", String(40)),
+)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def parse_time(text: str | None) -> dt.datetime | None:
+    return None if text is None else dt.datetime.fromisoformat(text)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of the jobs table."""
+
+    id: str
+    kind: str
+    digest: str
+    state: str
+    target: str
+    target_digest: str
+    options: Mapping[str, Any]
+    run_dir: str
+    created: str
+    pid: int | None = None
+    started: str | None = None
+    finished: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    starts: int = 0
+
+    @classmethod
+    def of_row(cls, row: Any) -> Job:
+        values = dict(row._mapping)
+        values["starts"] = values.get("starts") or 0
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    name: str
+    created: str
+    last_used: str | None = None
+
+
+def _hash(salt: str, token: str) -> str:
+    return hashlib.sha256(bytes.fromhex(salt) + token.encode()).hexdigest()
+
+
+@dataclass
+class Store:
+    """The jobs and tokens of one server, in the database at `url`."""
+
+    url: str
+    engine: Engine = field(init=False)
+
+    def __post_init__(self) -> None:
+        try:
+            if self.url.startswith("sqlite"):
+                # several threads (requests, the scheduler) and processes (`serve token`) at once
+                self.engine = create_engine(self.url, connect_args={"timeout": 30})
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            else:
+                self.engine = create_engine(self.url, pool_pre_ping=True)
+            metadata.create_all(self.engine)
+        except (ArgumentError, NoSuchModuleError) as error:
+            raise InputError(f"--store {self.url!r} is not a database URL SQLAlchemy knows ({error}); "
+                             f"give sqlite:///PATH or postgresql+psycopg://USER@HOST/DB") from None
+        except OperationalError as error:
+            reason = str(error.orig or error).strip().splitlines()[0]
+            raise EnvironmentProblem(f"cannot open the job store {self.safe_url} ({reason}); check "
+                                     f"that the database is running and the URL is right") from None
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password, for messages."""
+        return self.engine.url.render_as_string(hide_password=True) if hasattr(self, "engine") else self.url
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- jobs
+
+    def add_job(self, job: Job) -> bool:
+        """Insert `job`; False when a job of that id exists already."""
+        try:
+            with self.engine.begin() as db:
+                db.execute(insert(jobs_table).values(**job.to_row()))
+        except IntegrityError:
+            return False
+        return True
+
+    def job(self, job_id: str) -> Job | None:
+        with self.engine.connect() as db:
+            row = db.execute(select(jobs_table).where(jobs_table.c.id == job_id)).first()
+        return None if row is None else Job.of_row(row)
+
+    def jobs(self, *, kind: str | None = None, states: Iterable[str] | None = None,
+             digest: str | None = None) -> list[Job]:
+        """Jobs, oldest first, of a kind, in some states, of a digest."""
+        query = select(jobs_table).order_by(jobs_table.c.created, jobs_table.c.id)
+        if kind is not None:
+            query = query.where(jobs_table.c.kind == kind)
+        if states is not None:
+            query = query.where(jobs_table.c.state.in_(list(states)))
+        if digest is not None:
+            query = query.where(jobs_table.c.digest == digest)
+        with self.engine.connect() as db:
+            return [Job.of_row(row) for row in db.execute(query)]
+
+    def live_job(self, digest: str) -> Job | None:
+        """The latest job of this content that is queued, running or done."""
+        found = self.jobs(digest=digest, states=LIVE)
+        return found[-1] if found else None
+
+    def transition(self, job_id: str, from_states: Iterable[str], to_state: str,
+                   **fields: Any) -> bool:
+        """Set `job_id`'s state (and `fields`) if it is in one of `from_states`; whether it was."""
+        query = (update(jobs_table)
+                 .where(jobs_table.c.id == job_id, jobs_table.c.state.in_(list(from_states)))
+                 .values(state=to_state, **fields))
+        with self.engine.begin() as db:
+            return db.execute(query).rowcount == 1
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        with self.engine.begin() as db:
+            db.execute(update(jobs_table).where(jobs_table.c.id == job_id).values(**fields))
+
+    # -- tokens
+
+    def create_token(self, name: str) -> str:
+        """A new token named `name` (refused when the name is taken); returned once, stored
+        as a salted hash."""
+        if not name or len(name) > 100 or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InputError(f"token name {name!r}: use 1 to 100 letters, digits, '-', '_' or '.'")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        salt = secrets.token_hex(16)
+        try:
+            with self.engine.begin() as db:
+                db.execute(insert(tokens_table).values(name=name, salt=salt, hash=_hash(salt, token),
+                                                       created=now()))
+        except IntegrityError:
+            raise InputError(f"a token named {name!r} exists already; choose another --name, or "
+                             f"revoke it first (`calibrate serve token revoke {name}`)") from None
+        return token
+
+    def tokens(self) -> list[TokenInfo]:
+        with self.engine.connect() as db:
+            rows = db.execute(select(tokens_table.c.name, tokens_table.c.created,
+                                     tokens_table.c.last_used).order_by(tokens_table.c.created))
+            return [TokenInfo(*row) for row in rows]
+
+    def revoke_token(self, name: str) -> bool:
+        with self.engine.begin() as db:
+            return db.execute(tokens_table.delete().where(tokens_table.c.name == name)).rowcount == 1
+
+    def check_token(self, token: str) -> str | None:
+        """The name of the token `token` is, or None (unknown or revoked)."""
+        with self.engine.connect() as db:
+            rows = db.execute(select(tokens_table.c.name, tokens_table.c.salt, tokens_table.c.hash)).all()
+        for name, salt, digest in rows:
+            if hmac.compare_digest(_hash(salt, token), digest):
+                self._used(name)
+                return str(name)
+        return None
+
+    def _used(self, name: str) -> None:
+        with self.engine.begin() as db:
+            db.execute(update(tokens_table).where(tokens_table.c.name == name).values(last_used=now()))
+
+
+def _sqlite_pragmas(connection: Any, record: Any) -> None:
+    """WAL: readers (requests) never wait for the writer (the scheduler), and the server and
+    `calibrate serve token` can use the file at once."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

@@ -1,0 +1,524 @@
+"""The calibration service for real: `calibrate serve` as a subprocess, jobs that are real small
+calibrations (two schemes of the bundled Nepal target, real engines on an embedded Ray), its
+clients (`calibrate submit|jobs|fetch`), a server killed with SIGKILL mid-calibration and
+started again, the store on a real PostgreSQL server, and every malformed request answered
+with its status and one sentence.
+
+One server and one finished calibration serve most tests (module fixtures): the suite is long
+already.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from calibrate.runs.config import RunConfig
+from calibrate.runs.journal import RunDir
+from calibrate.service.intake import RunOptions, ScoreRequest
+from calibrate.service.store import CALIBRATION, DONE, QUEUED, RUNNING, Job, Store, now
+from service_fixtures import (
+    CALIBRATE,
+    SMALL,
+    free_port,
+    running_server,
+    start_server,
+    wait_for,
+)
+
+pytestmark = pytest.mark.needs_root
+
+#: the shared server's upload limit, small enough to pass with a test archive
+UPLOAD_LIMIT = 200_000
+NEPAL_CSV = Path(__file__).parents[1] / "calibrate" / "data" / "nepal-2017-01-03.csv"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("service"), "--max-upload-bytes", str(UPLOAD_LIMIT)) as server:
+        yield server
+    assert server.process is not None and server.process.returncode == 0, server.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def finished(server) -> dict:
+    """The shared small calibration, run to its end."""
+    answer = server.submit()
+    assert answer["existing"] is False and answer["state"] == "queued"
+    job = server.wait(answer["id"])
+    assert job["state"] == "done", (job, server.get(f"/v1/calibrations/{answer['id']}/log").text)
+    return job
+
+
+def _events(server, job_id: str, **headers: str) -> list[tuple[str, str | None, dict]]:
+    """(event, id, data) of the job's stream, to its end."""
+    out, name, ident, data = [], None, None, []
+    with httpx.stream("GET", f"{server.url}/v1/calibrations/{job_id}/events", headers=headers,
+                      timeout=httpx.Timeout(30, read=300)) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("id: "):
+                ident = line.removeprefix("id: ")
+            elif line.startswith("data: "):
+                data.append(line.removeprefix("data: "))
+            elif not line and name:
+                out.append((name, ident, json.loads("\n".join(data))))
+                name, ident, data = None, None, []
+                if out[-1][0] == "end":
+                    break
+    return out
+
+
+def _check_journal(run_dir: Path, budget: int) -> list:
+    """Every evaluation once: per link kind n = 1..budget, each candidate once."""
+    records = RunDir.open(run_dir).evaluations()
+    links: dict[str, int] = {}
+    for r in records:
+        links[r.link] = links.get(r.link, 0) + 1
+    assert links == {"constant": budget}, links
+    assert len({r.candidate for r in records}) == len(records) == budget
+    assert sorted(r.index for r in records) == list(range(budget))
+    return records
+
+
+# ----------------------------------------------------------------------------------------------
+# A calibration from submission to the catalogue
+
+
+def test_submitted_calibration_runs_to_its_export_and_the_catalogue(server, finished):
+    job_id = finished["id"]
+    assert finished["progress"] == {"constant": {"done": 2, "budget": 2, "best_f": finished["best"]["f"],
+                                                 "stopped": "budget"}}
+    assert finished["options"]["schemes"] == ["vegas", "saturator"] and finished["eta_s"] is None
+    best = finished["best"]
+    assert best["link"] == "constant" and best["text"].startswith("mm-delay ")
+    assert set(best["emulator"]) == {"rate_mbps", "delay_ms", "queue_packets", "loss"}
+    assert [row["scheme"] for row in finished["schemes"]] == ["vegas", "saturator"]
+    # the export, whole and file by file
+    response = server.get(f"/v1/calibrations/{job_id}/export")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/zip"
+    names = zipfile.ZipFile(io.BytesIO(response.content)).namelist()
+    prefix = f"calibration-{job_id}/"
+    for name in ("emulator.json", "mahimahi.txt", "pantheon_args.txt", "engine.txt", "figure3.png",
+                 "convergence.png"):
+        assert prefix + name in names
+    assert any(n.startswith(prefix + "traces/") for n in names)
+    mahimahi = server.get(f"/v1/calibrations/{job_id}/files/mahimahi.txt")
+    assert mahimahi.status_code == 200 and mahimahi.text.startswith("mm-delay ")
+    report = server.get(f"/v1/calibrations/{job_id}/files/emulator.json").json()
+    assert report["winner"] == "constant" and report["emulator"]["f"] == best["f"]
+    plot = server.get(f"/v1/calibrations/{job_id}/convergence.png")
+    assert plot.status_code == 200 and plot.content.startswith(b"\x89PNG")
+    # the catalogue: the winner, with its target's description, downloadable
+    catalogue = server.get("/v1/emulators").json()["emulators"]
+    entry = next(e for e in catalogue if e["id"] == job_id)
+    assert entry["target"] == "nepal" and entry["description"] == "Nepal (Wi-Fi mesh node) -> AWS India"
+    assert entry["link"] == "constant" and entry["f"] == best["f"]
+    assert entry["parameters"]["delay_ms"] == report["emulator"]["delay_ms"]
+    assert entry["provenance"]["job"] == job_id and entry["provenance"]["target_digest"]
+    assert entry["provenance"]["options"]["budget"] == 2
+    assert server.get("/v1/emulators?link=poisson").json()["emulators"] == []
+    assert [e["id"] for e in server.get("/v1/emulators?target=nepal&sort=date&order=desc&limit=1")
+            .json()["emulators"]] == [job_id]
+    assert server.get(entry["urls"]["mahimahi"]).text == mahimahi.text
+    bundle = zipfile.ZipFile(io.BytesIO(server.get(entry["urls"]["bundle"]).content))
+    assert {n.split("/", 1)[1] for n in bundle.namelist()} >= {"mahimahi.txt", "emulator.json", "engine.txt"}
+    assert any("/traces/" in n for n in bundle.namelist())
+    # listed, filterable; the schema is served
+    assert job_id in [j["id"] for j in server.get("/v1/calibrations?state=done").json()["calibrations"]]
+    assert job_id not in [j["id"] for j in server.get("/v1/calibrations?state=running").json()["calibrations"]]
+    paths = server.get("/openapi.json").json()["paths"]
+    assert {"/v1/calibrations", "/v1/calibrations/{job_id}/events", "/v1/scores", "/v1/emulators"} <= set(paths)
+
+
+def test_the_same_content_and_options_return_the_same_job(server, finished):
+    """Content-addressed: another spelling of the target and of the options is the same job;
+    only `force` makes a new one."""
+    job_id = finished["id"]
+    spellings = [
+        {"target": "nepal", "options": SMALL},
+        {"target": "bundled:nepal", "options": {**SMALL, "schemes": ["vegas", "saturator"], "runtime": 3.0,
+                                                "seed": 0, "optimizer": "gpytorch", "fix": {}}},
+    ]
+    for body in spellings:
+        response = server.post("/v1/calibrations", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["id"] == job_id and response.json()["existing"] is True
+    other = server.post("/v1/calibrations", json={"target": "nepal", "options": {**SMALL, "seed": 7}})
+    assert other.status_code == 202 and other.json()["id"] != job_id
+    forced = server.post("/v1/calibrations", json={"target": "nepal", "options": SMALL, "force": True})
+    assert forced.status_code == 202 and forced.json()["id"] == f"{job_id}-2"
+    for answer in (other.json(), forced.json()):  # not needed: cancel (queued, or just started)
+        assert server.delete(f"/v1/calibrations/{answer['id']}").json()["state"] == "cancelled"
+        assert server.processes(answer["id"]) == []
+
+
+def test_events_list_every_journal_evaluation(server, finished):
+    job_id = finished["id"]
+    events = _events(server, job_id)
+    evaluations = [(ident, data) for name, ident, data in events if name == "evaluation"]
+    records = RunDir.open(server.root / "jobs" / job_id / "run").evaluations()
+    assert [data["candidate"] for _, data in evaluations] == [r.candidate for r in records]
+    assert [data["f"] for _, data in evaluations] == [r.f for r in records]
+    assert [(ident, data["n"], data["link"]) for ident, data in evaluations] == [
+        ("1", 1, "constant"), ("2", 2, "constant")]
+    assert all(data["emulator"] == r.emulator and data["values"] == dict(r.params)
+               for (_, data), r in zip(evaluations, records, strict=True))
+    assert [name for name, _, _ in events][-2:] == ["state", "end"] and events[-1][2]["state"] == "done"
+    # a client that reconnects after the first event gets the rest only
+    again = _events(server, job_id, **{"Last-Event-ID": "1"})
+    assert [data["n"] for name, _, data in again if name == "evaluation"] == [2]
+
+
+# ----------------------------------------------------------------------------------------------
+# Cancel, uploads, scores
+
+
+def _host_devices() -> tuple[str, str]:
+    """The named network namespaces and the host's TUN devices."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    tuns = subprocess.run(["ip", "-o", "link", "show", "type", "tun"], capture_output=True, text=True).stdout
+    return netns, tuns
+
+
+def test_cancel_ends_every_process_and_keeps_the_journal(server, finished):
+    before = _host_devices()
+    job_id = server.submit(budget=6, seed=3)["id"]
+    run_dir = server.root / "jobs" / job_id / "run"
+    server.wait(job_id, 120, until=lambda job: job["evaluations"] >= 1)
+    wait_for(lambda: server.processes(job_id), lambda procs: any("calibrate-link" in p for p in procs), 60,
+             "the job's engines")
+    # meanwhile an upload (the bundled table's bytes) waits in the queue: one job at a time here
+    with open(NEPAL_CSV, "rb") as f:
+        upload = server.post("/v1/calibrations", files={"archive": ("my table.csv", f, "text/csv")},
+                             data={"request": json.dumps({"options": SMALL})})
+    assert upload.status_code == 202, upload.text
+    uploaded = upload.json()["id"]
+    inputs = server.root / "jobs" / uploaded / "input"
+    assert sorted(p.name for p in inputs.iterdir()) == ["target.json", "upload.csv"]  # the server's names
+    assert (inputs / "upload.csv").read_bytes() == NEPAL_CSV.read_bytes()
+    assert server.get(f"/v1/calibrations/{uploaded}").json()["target"] == "my table.csv"
+    with open(NEPAL_CSV, "rb") as f:
+        again = server.post("/v1/calibrations", files={"archive": ("other name.csv", f)},
+                            data={"request": json.dumps({"options": SMALL})})
+    assert again.status_code == 200 and again.json()["id"] == uploaded  # the same bytes
+    queued = server.delete(f"/v1/calibrations/{uploaded}").json()
+    assert queued["state"] == "cancelled" and queued["message"] == "cancelled before it started"
+    # the running one
+    started = time.monotonic()
+    response = server.delete(f"/v1/calibrations/{job_id}")
+    print(f"cancelled in {time.monotonic() - started:.1f} s")
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert job["state"] == "cancelled" and job["progress"]["constant"]["done"] >= 1
+    # nothing left: no process of the job (engines, endpoints, Ray: each namespace and TUN device
+    # of an engine goes with it), no named namespace or host TUN device more than before
+    assert server.processes(job_id) == []
+    assert _host_devices() == before
+    records = RunDir.open(run_dir).evaluations()  # readable, every record whole
+    assert len(records) == job["evaluations"] and len({r.candidate for r in records}) == len(records)
+    assert "interrupted (SIGTERM)" in server.get(f"/v1/calibrations/{job_id}/log").text
+    # idempotent; no export of a cancelled job
+    assert server.delete(f"/v1/calibrations/{job_id}").json()["state"] == "cancelled"
+    refused = server.get(f"/v1/calibrations/{job_id}/export")
+    assert refused.status_code == 409 and "cancelled" in refused.json()["detail"]
+
+
+def test_a_score_runs_as_a_job(server, finished):
+    body = {"target": "nepal", "emulator": "mm-delay 60 mm-link 10mbps.trace 10mbps.trace", "schemes": "vegas",
+            "replicates": 1, "runtime": 3}
+    response = server.post("/v1/scores", json=body)
+    assert response.status_code == 202, response.text
+    score_id = response.json()["id"]
+    again = server.post("/v1/scores", json=body)
+    assert again.status_code == 200 and again.json()["id"] == score_id and again.json()["existing"] is True
+    score = server.wait(score_id, 180, kind="scores")
+    assert score["state"] == "done", score
+    result = score["result"]
+    assert result["format"] == "calibrate-score" and result["f"] > 0
+    assert [row["scheme"] for row in result["schemes"]] == ["vegas"]
+    assert result["emulator"] == "mm-delay 60 mm-link 10mbps.trace 10mbps.trace"
+    assert server.get(f"/v1/calibrations/{score_id}").status_code == 404  # a score, not a calibration
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: each request, its status and its sentence
+
+
+def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dict, int, str]]:
+    """(what, method path, request, status, words of the message)."""
+    auth = {"Authorization": f"Bearer {token}"}
+    post = "POST /v1/calibrations"
+    big = io.BytesIO(b"x" * (UPLOAD_LIMIT + 1))
+    return [
+        ("malformed JSON", post, {"content": b'{"target": "nepal",', "headers": auth}, 400, "not valid JSON"),
+        ("not an object", post, {"json": [1, 2], "headers": auth}, 422, "must be a JSON object"),
+        ("unknown option", post, {"json": {"target": "nepal", "options": {"colour": "red"}}, "headers": auth},
+         422, "unknown option 'colour' (in options); the options are schemes, links, budget"),
+        ("unknown field (a path)", post, {"json": {"target": "nepal", "out": "/etc"}, "headers": auth},
+         422, "unknown field 'out'; the fields are target, options, force"),
+        ("budget 0", post, {"json": {"target": "nepal", "options": {"budget": 0}}, "headers": auth},
+         422, "options.budget: Input should be greater than or equal to 1 (got 0)"),
+        ("runtime past Pantheon's 60 s", post, {"json": {"target": "nepal", "options": {"runtime": 61}},
+                                                "headers": auth}, 422, "options.runtime"),
+        ("unknown link kind", post, {"json": {"target": "nepal", "options": {"links": "wifi"}}, "headers": auth},
+         422, "unknown link kind 'wifi'"),
+        ("fixed value out of bounds", post, {"json": {"target": "nepal", "options": {"fix": {"loss": 5}}},
+                                             "headers": auth}, 422, "fixed loss = 5.0 is outside"),
+        ("scheme not in the target", post, {"json": {"target": "nepal", "options": {"schemes": "bbr2"}},
+                                            "headers": auth}, 422, "scheme 'bbr2' is not in target 'nepal'"),
+        ("bad target name", post, {"json": {"target": "nowhere"}, "headers": auth},
+         422, "neither a bundled target (nepal) nor a Pantheon result ID"),
+        ("a server path as target", post, {"json": {"target": "/etc/passwd"}, "headers": auth},
+         422, "neither a bundled target"),
+        ("no target", post, {"json": {"options": SMALL}, "headers": auth}, 422, "no target"),
+        ("oversized upload", post, {"files": {"archive": ("big.csv", big)}, "headers": auth},
+         413, f"larger than this server's limit of {UPLOAD_LIMIT} bytes"),
+        ("oversized body", post, {"content": b"[" + b"0," * UPLOAD_LIMIT + b"0]", "headers": auth},
+         413, "the request body is larger than this server's limit"),
+        ("upload of another kind", post, {"files": {"archive": ("evil.sh", b"rm -rf /")}, "headers": auth},
+         422, "expected a Pantheon result archive"),
+        ("upload that is no result", post, {"files": {"archive": ("empty.tar.gz", b"not gzip")}, "headers": auth},
+         422, "the upload 'empty.tar.gz': not a readable tar archive"),
+        ("missing token", post, {"json": {"target": "nepal"}}, 401, "needs an API token"),
+        ("not a bearer token", post, {"json": {"target": "nepal"}, "headers": {"Authorization": "Basic eDp5"}},
+         401, "must be 'Bearer TOKEN'"),
+        ("wrong token", post, {"json": {"target": "nepal"}, "headers": {"Authorization": "Bearer cal_nope"}},
+         403, "not valid on this server"),
+        ("wrong token, cancel", f"DELETE /v1/calibrations/{job_id}",
+         {"headers": {"Authorization": "Bearer cal_nope"}}, 403, "not valid"),
+        ("unknown id", "GET /v1/calibrations/0123456789abcdef", {}, 404, "no calibration '0123456789abcdef'"),
+        ("unknown id, cancel", "DELETE /v1/calibrations/0123456789abcdef", {"headers": auth}, 404,
+         "no calibration"),
+        ("unknown id, export", "GET /v1/calibrations/0123456789abcdef/export", {}, 404, "no calibration"),
+        ("path traversal in files/", f"GET /v1/calibrations/{job_id}/files/..%2F..%2F..%2Fetc%2Fpasswd", {},
+         400, "must be a path inside the export"),
+        ("no such export file", f"GET /v1/calibrations/{job_id}/files/secret.txt", {}, 404,
+         "no file 'secret.txt' in the export"),
+        ("cancel a finished job", f"DELETE /v1/calibrations/{job_id}", {"headers": auth}, 409,
+         "is done; there is nothing to cancel"),
+        ("unknown state filter", "GET /v1/calibrations?state=paused", {}, 422, "query.state"),
+        ("unknown catalogue sort", "GET /v1/emulators?sort=speed", {}, 422, "query.sort"),
+        ("score reading a trace file", "POST /v1/scores",
+         {"json": {"target": "nepal", "emulator": "mm-link /etc/passwd /etc/passwd"}, "headers": auth},
+         422, "the server reads no trace files"),
+        ("score of a malformed emulator", "POST /v1/scores",
+         {"json": {"target": "nepal", "emulator": "mm-delay x mm-link 12mbps.trace 12mbps.trace"},
+          "headers": auth}, 422, "mm-delay takes an integer"),
+    ]
+
+
+BAD = [row[0] for row in _bad_requests("", "", "")]
+
+
+@pytest.mark.parametrize("what", BAD)
+def test_bad_requests_are_refused_with_a_sentence(server, finished, what):
+    (_, request, kwargs, status, words), = [row for row in _bad_requests(server.url, server.token, finished["id"])
+                                           if row[0] == what]
+    method, path = request.split(" ", 1)
+    response = httpx.request(method, server.url + path, timeout=60, **kwargs)
+    detail = response.json()["detail"]
+    print(f"{what}: {method} {path} -> {response.status_code}: {detail}")
+    assert response.status_code == status, detail
+    assert isinstance(detail, str) and words in detail
+    if status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+# ----------------------------------------------------------------------------------------------
+# The clients
+
+
+def _unprivileged() -> list[str]:
+    """A prefix that runs a command without privileges: as the user nobody where nobody can run
+    this interpreter, else as root without any capability (no namespace, no TUN device, no
+    file it does not own)."""
+    if subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "pass"],
+                      capture_output=True).returncode == 0:
+        return ["runuser", "-u", "nobody", "--"]
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+
+
+def _client(*args: str, env: dict | None = None, unprivileged: bool = False) -> subprocess.CompletedProcess:
+    command = [*CALIBRATE, *args]
+    if unprivileged:  # clients need no root
+        command = [*_unprivileged(), *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir(),
+                          env={**os.environ, "CALIBRATE_TOKEN": "", **(env or {})})
+
+
+def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
+    job_id = finished["id"]
+    options = [f"--{k}={v}" for k, v in SMALL.items()]
+    done = _client("submit", "nepal", *options, "--wait", "--server", server.url, "--token", server.token)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == job_id
+    assert "the same calibration exists already" in done.stderr and "constant #2" in done.stderr
+    # no root needed to list and fetch
+    os.chmod(tmp_path, 0o777)
+    listed = _client("jobs", "--json", env={"CALIBRATE_SERVER": server.url}, unprivileged=True)
+    assert listed.returncode == 0, listed.stderr
+    assert job_id in [j["id"] for j in json.loads(listed.stdout)]
+    table = _client("jobs", "--server", server.url, "--state", "done")
+    assert job_id in table.stdout and "constant 2/2" in table.stdout
+    out = tmp_path / "export"
+    fetched = _client("fetch", job_id, "--server", server.url, "--out", str(out), unprivileged=True)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (out / "emulator.json").is_file() and (out / "mahimahi.txt").read_text().startswith("mm-delay ")
+    assert json.loads((out / "emulator.json").read_text())["winner"] == "constant"
+    # tokens: made, listed (never shown again), revoked
+    root = ["--root", str(server.root)]
+    bob = _client("serve", "token", "create", "--name", "bob", *root).stdout.strip()
+    bad_budget = {"target": "nepal", "options": {"budget": 0}}
+    as_bob = {"Authorization": f"Bearer {bob}"}
+    assert httpx.post(f"{server.url}/v1/calibrations", json=bad_budget, headers=as_bob).status_code == 422
+    tokens = _client("serve", "token", "list", "--json", *root)
+    assert [t["name"] for t in json.loads(tokens.stdout)] == ["tests", "bob"] and bob not in tokens.stdout
+    assert all(bob.encode() not in f.read_bytes() for f in server.root.glob("service.sqlite*"))
+    assert _client("serve", "token", "revoke", "bob", *root).returncode == 0
+    assert httpx.post(f"{server.url}/v1/calibrations", json=bad_budget, headers=as_bob).status_code == 403
+    # one line for each refusal
+    for args, code, words in [
+        (("serve", "token", "revoke", "bob", *root), 2, "no token named 'bob'"),
+        (("serve", "--root", str(server.root), "--port", str(free_port())), 3,
+         f"another calibrate serve (pid {server.process.pid}) runs the jobs of {server.root}"),
+        (("jobs", "--server", "http://127.0.0.1:9"), 3, "cannot reach the calibration server at http://127.0.0.1:9"),
+        (("submit", "nepal", "--server", server.url), 2, "need the server's API token: give --token"),
+        (("submit", "nepal", "--server", server.url, "--token", "cal_nope"), 2,
+         "the server refused (HTTP 403): the API token is not valid"),
+        (("submit", "nepal", "--budget", "0", "--server", server.url, "--token", server.token), 2,
+         "the server refused (HTTP 422): options.budget"),
+        (("fetch", "0123456789abcdef", "--server", server.url, "--out", str(tmp_path / "x")), 2,
+         "the server refused (HTTP 404): no calibration '0123456789abcdef'"),
+        (("fetch", job_id, "--server", server.url, "--out", str(out)), 2, "exists already"),
+    ]:
+        refused = _client(*args)
+        assert refused.returncode == code, (args, refused.stderr)
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("calibrate: error: ") and words in lines[0], lines
+
+
+# ----------------------------------------------------------------------------------------------
+# A server killed with SIGKILL while a job runs
+
+
+def test_a_server_killed_with_sigkill_continues_its_job_when_restarted(tmp_path):
+    server = start_server(tmp_path / "root")
+    try:
+        job_id = server.submit(budget=4, seed=11)["id"]
+        run_dir = server.root / "jobs" / job_id / "run"
+        server.wait(job_id, 120, until=lambda job: job["evaluations"] >= 1)
+        server.kill9()
+        # the job's process gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and ends cleanly
+        wait_for(lambda: server.processes(job_id), lambda left: left == [], 60, "the orphaned job's processes")
+        log = (server.root / "jobs" / job_id / "log.txt").read_text()
+        assert "interrupted (SIGTERM)" in log, log
+        before = len(RunDir.open(run_dir).evaluations())
+        print(f"killed with {before} of 4 evaluations journaled")
+        store = Store(f"sqlite:///{server.root / 'service.sqlite'}")
+        assert store.job(job_id).state == RUNNING  # as the dead server left it
+        store.close()
+        server.restart()
+        job = server.wait(job_id, 240)
+        assert job["state"] == "done", (job, server.get(f"/v1/calibrations/{job_id}/log").text)
+        records = _check_journal(run_dir, 4)
+        print("journal after the restart (index, link, candidate, phase):",
+              [(r.index, r.link, r.candidate, r.phase) for r in records])
+        log = (server.root / "jobs" / job_id / "log.txt").read_text()
+        print("".join(line[:140] + "\n" for line in log.splitlines()
+                      if line.startswith(("==", "calibrate: interrupted", "calibrate: Ray up"))))
+        assert log.count("== ") == 2 and f"resume: {sys.executable} -m calibrate resume {run_dir}" in log
+        events = _events(server, job_id)
+        assert [d["candidate"] for name, _, d in events if name == "evaluation"] == [r.candidate for r in records]
+        assert [d["n"] for name, _, d in events if name == "evaluation"] == [1, 2, 3, 4]
+    finally:
+        server.stop()
+
+
+# ----------------------------------------------------------------------------------------------
+# The store on PostgreSQL
+
+
+@pytest.fixture
+def postgresql() -> Iterator[str]:
+    """A throw-away PostgreSQL cluster of Debian's binaries, as the user postgres, on a unix socket
+    in a temporary directory (never the system's cluster): its SQLAlchemy URL."""
+    initdb = shutil.which("initdb") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))), None)
+    if initdb is None:
+        pytest.skip("PostgreSQL is not installed (initdb absent): ./scripts/install test installs it")
+    bin_dir = Path(initdb).resolve().parent
+    base = Path(tempfile.mkdtemp(prefix="calibrate-pg-"))
+    shutil.chown(base, "postgres")
+    data, sock = base / "data", base / "sock"
+
+    def as_postgres(*args: str) -> None:
+        done = subprocess.run(["runuser", "-u", "postgres", "--", *args], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    try:
+        as_postgres("mkdir", str(sock))
+        as_postgres(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+        as_postgres(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o",
+                    f"-k {sock} -c listen_addresses='' -p 5432 -c fsync=off", "start")
+        yield f"postgresql+psycopg://postgres@/postgres?host={sock}"
+    finally:
+        if (data / "postmaster.pid").exists():
+            as_postgres(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_store_on_postgresql(postgresql, tmp_path):
+    store = Store(postgresql)
+    try:
+        job = Job(id="abc", kind=CALIBRATION, digest="d" * 64, state=QUEUED, target="nepal", target_digest="t",
+                  options={"budget": 2, "links": ["constant"], "fix": {"loss": 0.0}}, run_dir="/x", created=now())
+        assert store.add_job(job) and not store.add_job(job)  # one row per id
+        assert store.job("abc") == job and store.live_job("d" * 64) == job
+        assert store.transition("abc", [QUEUED], RUNNING, started=now(), pid=123)
+        assert not store.transition("abc", [QUEUED], RUNNING)  # compare-and-set: it is running now
+        assert store.jobs(states=[RUNNING])[0].pid == 123
+        assert store.transition("abc", [RUNNING], DONE, finished=now())
+        token = store.create_token("ci")
+        assert store.check_token(token) == "ci" and store.check_token(token + "x") is None
+        assert token not in json.dumps([list(map(str, row)) for row in store.engine.connect().exec_driver_sql(
+            "SELECT * FROM tokens").all()])  # stored hashed
+        assert store.revoke_token("ci") and store.check_token(token) is None
+    finally:
+        store.close()
+    # a server on it: tokens by the command line, jobs by the API
+    with running_server(tmp_path / "root", store=postgresql) as server:
+        assert server.get("/v1/status").json()["jobs"]["queued"] == 0
+        refused = server.post("/v1/calibrations", json={"target": "nepal", "options": {"budget": 0}})
+        assert refused.status_code == 422
+        answer = server.submit(seed=21)
+        assert server.delete(f"/v1/calibrations/{answer['id']}").json()["state"] == "cancelled"
+        again = Store(postgresql)
+        assert again.job(answer["id"]).state == "cancelled"
+        again.close()
+    assert not (tmp_path / "root" / "service.sqlite").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Without a server
+
+
+def test_request_defaults_are_calibrate_runs():
+    defaults, options, score = RunConfig(target=""), RunOptions(), ScoreRequest(target="nepal", emulator="x")
+    assert (options.budget, options.replicates, options.runtime, options.optimizer, options.seed) == (
+        defaults.budget, defaults.replicates, defaults.runtime_s, defaults.optimizer, defaults.seed)
+    assert (score.replicates, score.runtime, score.seed) == (defaults.replicates, defaults.runtime_s, defaults.seed)
