@@ -27,7 +27,9 @@ import pytest
 
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import RunDir
-from calibrate.service.intake import RunOptions, ScoreRequest
+from calibrate.service.intake import CalibrationRequest, Intake, RunOptions, ScoreRequest
+from calibrate.service.scheduler import Scheduler
+from calibrate.service.settings import ServiceSettings
 from calibrate.service.store import CALIBRATION, DONE, QUEUED, RUNNING, Job, Store, now
 from service_fixtures import (
     CALIBRATE,
@@ -259,6 +261,13 @@ def test_a_score_runs_as_a_job(server, finished):
 # Bad input: each request, its status and its sentence
 
 
+def _chunks(size: int, chunk: int = 16384) -> Iterator[bytes]:
+    """A body of `size` bytes sent chunked (httpx gives a generator no Content-Length): the
+    server must count what arrives."""
+    for start in range(0, size, chunk):
+        yield b" " * min(chunk, size - start)
+
+
 def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dict, int, str]]:
     """(what, method path, request, status, words of the message)."""
     auth = {"Authorization": f"Bearer {token}"}
@@ -289,6 +298,9 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("oversized upload", post, {"files": {"archive": ("big.csv", big)}, "headers": auth},
          413, f"larger than this server's limit of {UPLOAD_LIMIT} bytes"),
         ("oversized body", post, {"content": b"[" + b"0," * UPLOAD_LIMIT + b"0]", "headers": auth},
+         413, "the request body is larger than this server's limit"),
+        ("oversized chunked body (no length)", post,
+         {"content": _chunks(2 * UPLOAD_LIMIT), "headers": {**auth, "Content-Type": "application/json"}},
          413, "the request body is larger than this server's limit"),
         ("upload of another kind", post, {"files": {"archive": ("evil.sh", b"rm -rf /")}, "headers": auth},
          422, "expected a Pantheon result archive"),
@@ -522,3 +534,35 @@ def test_request_defaults_are_calibrate_runs():
     assert (options.budget, options.replicates, options.runtime, options.optimizer, options.seed) == (
         defaults.budget, defaults.replicates, defaults.runtime_s, defaults.optimizer, defaults.seed)
     assert (score.replicates, score.runtime, score.seed) == (defaults.replicates, defaults.runtime_s, defaults.seed)
+
+
+def test_a_job_whose_command_fails_is_failed_with_its_error_line(tmp_path):
+    """The scheduler's side of a failure: the job's command (here an interpreter that fails as
+    `calibrate run` does on a host problem) exits non-zero; the job ends `failed`, with the
+    command's own error line and status, and the next queued job starts."""
+    failing = tmp_path / "python"
+    failing.write_text("#!/bin/sh\necho 'calibrate: Ray up in 4 s'\n"
+                       "echo 'calibrate: error: the engine could not create a TUN device; run as root' >&2\n"
+                       "exit 2\n")
+    failing.chmod(0o755)
+    settings = ServiceSettings(root=tmp_path / "root", python=str(failing), max_running=1)
+    settings.make_dirs()
+    store = Store(settings.store)
+    scheduler = Scheduler(settings, store)
+    intake = Intake(settings, store, scheduler.wake)
+    ids = [intake.calibration(CalibrationRequest(target="nepal", options=RunOptions(budget=2, seed=seed)))[0].id
+           for seed in (1, 2)]
+    scheduler.claim()
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(store.job(i).state != "failed" for i in ids):
+            time.sleep(0.1)
+    finally:
+        scheduler.stop()
+    for job_id in ids:
+        job = store.job(job_id)
+        assert job.state == "failed" and job.exit_code == 2 and job.finished is not None, job
+        assert job.message == "the engine could not create a TUN device; run as root (exit status 2)"
+        assert "calibrate: error:" in (settings.jobs_dir / job_id / "log.txt").read_text()
+    store.close()
