@@ -257,6 +257,48 @@ def test_a_score_runs_as_a_job(server, finished):
     assert server.get(f"/v1/calibrations/{score_id}").status_code == 404  # a score, not a calibration
 
 
+def test_a_study_of_a_calibrations_target_runs_to_its_table_and_export(server, finished, tmp_path):
+    """A leave-one-out (`calibrate loo`) of the finished calibration's target, submitted with
+    `calibrate submit --study loo --calibration ID --wait`, a job of its own, to its table and
+    export (POST /v1/studies, GET /v1/studies/{id}, its files, `calibrate fetch`)."""
+    small = [f"--{k}={v}" for k, v in SMALL.items()]
+    env = {"CALIBRATE_SERVER": server.url, "CALIBRATE_TOKEN": server.token}
+    submitted = _client("submit", "--study", "loo", "--calibration", finished["id"], *small, "--wait", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    study_id = submitted.stdout.strip()
+    assert "held-out f mean" in submitted.stderr and f"calibrate fetch {study_id}" in submitted.stderr
+    body = {"study": "loo", "calibration": finished["id"], "options": SMALL}
+    again = server.post("/v1/studies", json=body)
+    assert again.status_code == 200 and again.json()["id"] == study_id and again.json()["existing"] is True
+    study = server.get(f"/v1/studies/{study_id}").json()
+    assert study["state"] == "done", (study, server.get(f"/v1/studies/{study_id}/log").text)
+    assert study["kind"] == "study" and study["study"] == "loo" and study["target"] == finished["target"]
+    assert study["options"]["links"] == ["constant"] and study["options"]["budget"] == 2
+    result = study["result"]
+    assert {fold["fold"] for fold in result["folds"]} == {"vegas", "saturator"}
+    assert result["held_out"]["n"] == 2 and result["held_out"]["mean"] > 0
+    assert study["evaluations"] == result["evaluations"] > 0
+    # the journal holds each evaluation once
+    records = RunDir.open(Path(server.root) / "jobs" / study_id / "run", None).evaluations()
+    assert sorted(r.index for r in records) == list(range(result["evaluations"]))
+    # its files and its export
+    assert {"loo.csv", "loo.json", "loo.png"} <= set(study["files"])
+    table = server.get(f"/v1/studies/{study_id}/files/loo.csv")
+    assert table.status_code == 200 and table.text.splitlines()[0].startswith("held_out")
+    exported = server.get(f"/v1/studies/{study_id}/export")
+    assert exported.status_code == 200 and exported.headers["content-type"] == "application/zip"
+    names = zipfile.ZipFile(io.BytesIO(exported.content)).namelist()
+    assert f"study-{study_id}/loo.json" in names and any("/folds/vegas/mahimahi.txt" in n for n in names), names
+    assert server.get(f"/v1/calibrations/{study_id}").status_code == 404  # a study, not a calibration
+    assert study_id in [s["id"] for s in server.get("/v1/studies?state=done").json()["studies"]]
+    listed = _client("jobs", "--studies", "--server", server.url)
+    assert listed.returncode == 0 and study_id in listed.stdout and "loo" in listed.stdout, listed.stderr
+    out = tmp_path / "study"
+    fetched = _client("fetch", study_id, "--server", server.url, "--out", str(out))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (out / "loo.csv").is_file() and "the table" in fetched.stderr
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad input: each request, its status and its sentence
 
@@ -328,6 +370,25 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("score reading a trace file", "POST /v1/scores",
          {"json": {"target": "nepal", "emulator": "mm-link /etc/passwd /etc/passwd"}, "headers": auth},
          422, "the server reads no trace files"),
+        ("study of an unknown kind", "POST /v1/studies",
+         {"json": {"study": "bisect", "target": "nepal"}, "headers": auth},
+         422, "study: Input should be 'loo' or 'ablate'"),
+        ("study of both a target and a calibration", "POST /v1/studies",
+         {"json": {"study": "loo", "target": "nepal", "calibration": job_id}, "headers": auth},
+         422, "give either \"target\""),
+        ("study of an unknown calibration", "POST /v1/studies",
+         {"json": {"study": "loo", "calibration": "0123456789abcdef"}, "headers": auth},
+         422, "no calibration '0123456789abcdef' on this server"),
+        ("ablation fixing a parameter", "POST /v1/studies",
+         {"json": {"study": "ablate", "target": "nepal", "options": {"fix": {"loss": 0}}}, "headers": auth},
+         422, "an ablation fixes nothing"),
+        ("ablation in an order without the rate first", "POST /v1/studies",
+         {"json": {"study": "ablate", "target": "nepal", "order": "delay,rate"}, "headers": auth},
+         422, "order 'delay,rate': give greedy, or distinct parameters"),
+        ("leave-one-out with an order", "POST /v1/studies",
+         {"json": {"study": "loo", "target": "nepal", "order": "greedy"}, "headers": auth},
+         422, "only an ablation adds parameters in an order"),
+        ("unknown study id", "GET /v1/studies/0123456789abcdef", {}, 404, "no study '0123456789abcdef'"),
         ("score of a malformed emulator", "POST /v1/scores",
          {"json": {"target": "nepal", "emulator": "mm-delay x mm-link 12mbps.trace 12mbps.trace"},
           "headers": auth}, 422, "mm-delay takes an integer"),
@@ -415,7 +476,11 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
         (("submit", "nepal", "--budget", "0", "--server", server.url, "--token", server.token), 2,
          "the server refused (HTTP 422): options.budget"),
         (("fetch", "0123456789abcdef", "--server", server.url, "--out", str(tmp_path / "x")), 2,
-         "the server refused (HTTP 404): no calibration '0123456789abcdef'"),
+         "no calibration or study '0123456789abcdef' on "),
+        (("submit", "--study", "loo", "--server", server.url, "--token", server.token), 2,
+         "a study needs TARGET or --calibration ID"),
+        (("submit", "nepal", "--order", "greedy", "--server", server.url, "--token", server.token), 2,
+         "--calibration and --order belong to a study"),
         (("fetch", job_id, "--server", server.url, "--out", str(out)), 2, "exists already"),
     ]:
         refused = _client(*args)

@@ -4,7 +4,9 @@ Run anywhere that reaches a `calibrate serve` (--server URL, or CALIBRATE_SERVER
 engine, no Ray here.  `submit` takes `calibrate run`'s options and sends them as the request's
 options (the server fills in the rest, and answers with the job that already has the same
 target content and options, unless --force); a TARGET that is a local file (an archive or a
-table) is uploaded.  --wait follows the job's events until it ends.
+table) is uploaded.  --wait follows the job's events until it ends.  With --study loo|ablate it
+submits a study instead (`calibrate loo` / `calibrate ablate` on the server) of TARGET or of the
+target of a calibration on the server (--calibration ID).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from calibrate.cli.common import fmt_f
-from calibrate.errors import RunFailed
+from calibrate.errors import InputError, RunFailed
+
+#: how often `calibrate submit --study --wait` looks at its study
+STUDY_POLL_S = 5.0
 
 
 def _add_server_options(parser: argparse.ArgumentParser, *, write: bool = False) -> None:
@@ -39,9 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Pantheon result ID, or a local archive or table, which is uploaded) with `calibrate run`'s "
         "options; print the job. The same target content and options return the job that has them "
         "already, unless --force.")
-    submit.add_argument("target", metavar="TARGET",
+    submit.add_argument("target", metavar="TARGET", nargs="?",
                         help="a bundled name (nepal), a Pantheon result ID (P188), or a local archive "
                              "(.tar.gz/.tar.xz/.zip) or table (.csv/.json) to upload")
+    study = submit.add_argument_group("a study instead of a calibration (calibrate loo / ablate)")
+    study.add_argument("--study", choices=("loo", "ablate"),
+                       help="leave-one-out, or the ablation of the paper's Figure 5, of TARGET")
+    study.add_argument("--calibration", metavar="ID",
+                       help="the study's target is that of calibration ID on the server (instead of TARGET)")
+    study.add_argument("--order", metavar="greedy|rate,delay,queue,loss", help="ablate: the order of the steps")
     options = submit.add_argument_group("calibrate run's options (the server's defaults when left out)")
     options.add_argument("--schemes", metavar="A,B|all")
     options.add_argument("--links", metavar="KINDS", help="constant, poisson or constant,poisson")
@@ -68,15 +80,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     jobs = subparsers.add_parser("jobs", help="the calibrations on a calibration server",
                                  description="List a calibration server's calibrations, newest first.")
     jobs.add_argument("--state", choices=("queued", "running", "done", "failed", "cancelled"))
+    jobs.add_argument("--studies", action="store_true", help="list the studies instead")
     jobs.add_argument("--json", action="store_true", help="print JSON on stdout instead of tables")
     _add_server_options(jobs)
     jobs.set_defaults(func=_jobs)
 
-    fetch = subparsers.add_parser("fetch", help="download a finished calibration's export",
+    fetch = subparsers.add_parser("fetch", help="download a finished calibration's (or study's) export",
                                   description="Download the export of calibration ID (emulator.json, the "
-                                  "Mahimahi command line and its traces, the figures) and unpack it.")
+                                  "Mahimahi command line and its traces, the figures), or of study ID (its "
+                                  "table, plot and each fold's or step's emulator), and unpack it.")
     fetch.add_argument("job_id", metavar="ID")
-    fetch.add_argument("--out", type=Path, metavar="DIR", help="where to unpack it (default: ./calibration-ID)")
+    fetch.add_argument("--out", type=Path, metavar="DIR",
+                       help="where to unpack it (default: ./calibration-ID or ./study-ID)")
     _add_server_options(fetch)
     fetch.set_defaults(func=_fetch)
 
@@ -99,20 +114,31 @@ def _progress_text(job: dict[str, Any]) -> str:
     return ", ".join(f"{link} {p['done']}/{p['budget']}" for link, p in (job.get("progress") or {}).items())
 
 
+def _announced(args: argparse.Namespace, client: Any, answer: dict[str, Any], kind: str, noun: str) -> bool:
+    """Say what the server answered to a submission; True when that is all (no --wait)."""
+    if args.json and not args.wait:
+        print(json.dumps(answer, indent=2))
+        return True
+    how = f"the same {kind} exists already" if answer.get("existing") else "submitted"
+    print(f"calibrate: {how}: {noun} {answer['id']} ({answer['state']}), {client.server}{answer['urls']['self']}",
+          file=sys.stderr)
+    if not args.wait:
+        print(answer["id"])
+        return True
+    return False
+
+
 def _submit(args: argparse.Namespace) -> int:
     from calibrate.service.client import Client
 
     client = Client.from_options(args.server, args.token)
+    if args.study or args.calibration or args.order:
+        return _submit_study(args, client)
+    if args.target is None:
+        raise InputError("give TARGET: a bundled name (nepal), a Pantheon result ID or a local archive")
     answer = client.submit(args.target, _options(args), force=args.force)
     job_id = answer["id"]
-    if args.json and not args.wait:
-        print(json.dumps(answer, indent=2))
-        return 0
-    how = "the same calibration exists already" if answer.get("existing") else "submitted"
-    print(f"calibrate: {how}: job {job_id} ({answer['state']}), {client.server}{answer['urls']['self']}",
-          file=sys.stderr)
-    if not args.wait:
-        print(job_id)
+    if _announced(args, client, answer, "calibration", "job"):
         return 0
     for event in client.events(job_id):
         if event.name == "evaluation":
@@ -137,6 +163,46 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _submit_study(args: argparse.Namespace, client: Any) -> int:
+    """`calibrate submit --study loo|ablate`: POST /v1/studies; --wait polls it to its end."""
+    if not args.study:
+        raise InputError("--calibration and --order belong to a study: add --study loo or --study ablate")
+    if (args.target is None) == (args.calibration is None):
+        raise InputError("a study needs TARGET or --calibration ID (the target of a calibration on the "
+                         "server), one of the two")
+    answer = client.submit_study(args.study, target=args.target, calibration=args.calibration,
+                                 options=_options(args), order=args.order, force=args.force)
+    job_id = answer["id"]
+    if _announced(args, client, answer, "study", "study"):
+        return 0
+    shown = None
+    while True:
+        job = client.job(job_id, "studies")
+        line = f"{job['state']}, {job['evaluations']} evaluations, best f {fmt_f(job.get('best_f'))}"
+        if line != shown:
+            print(f"calibrate: study {job_id}: {line}", file=sys.stderr)
+            shown = line
+        if job["state"] in ("done", "failed", "cancelled"):
+            break
+        time.sleep(STUDY_POLL_S)
+    if args.json:
+        print(json.dumps(job, indent=2))
+    if job["state"] != "done":
+        raise RunFailed(f"study {job_id} ended {job['state']}" + (f": {job['message']}" if job.get("message") else ""))
+    if not args.json:
+        result = job["result"] or {}
+        if args.study == "loo":
+            held = result.get("held_out") or {}
+            what = (f"held-out f mean {fmt_f(held.get('mean'))}, median {fmt_f(held.get('median'))} "
+                    f"({held.get('n')} folds)")
+        else:
+            what = f"{len(result.get('steps') or [])} steps"
+        print(f"calibrate: study {job_id} done in {job.get('elapsed_s') or 0:.0f} s: {what}; download it "
+              f"with `calibrate fetch {job_id} --server {client.server}`", file=sys.stderr)
+        print(job_id)
+    return 0
+
+
 def _jobs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -144,9 +210,18 @@ def _jobs(args: argparse.Namespace) -> int:
     from calibrate.service.client import Client
 
     client = Client.from_options(args.server, None)
-    jobs = client.jobs(args.state)
+    jobs = client.jobs(args.state, "studies" if args.studies else "calibrations")
     if args.json:
         print(json.dumps(jobs, indent=2))
+        return 0
+    if args.studies:
+        table = Table(title=f"studies on {client.server} ({len(jobs)})", title_justify="left")
+        for column in ("id", "study", "state", "target", "evaluations", "best f", "created", "message"):
+            table.add_column(column)
+        for job in jobs:
+            table.add_row(job["id"], job["study"], job["state"], job["target"], str(job["evaluations"]),
+                          fmt_f(job.get("best_f")), job["created"], (job.get("message") or "")[:80])
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
         return 0
     table = Table(title=f"calibrations on {client.server} ({len(jobs)})", title_justify="left")
     for column in ("id", "state", "target", "evaluations", "best f", "created", "message"):
@@ -163,9 +238,13 @@ def _fetch(args: argparse.Namespace) -> int:
     from calibrate.service.client import Client
 
     client = Client.from_options(args.server, None)
-    out = client.fetch(args.job_id, args.out or Path(f"calibration-{args.job_id}"))
+    collection = client.collection_of(args.job_id)
+    kind = "study" if collection == "studies" else "calibration"
+    out = client.fetch(args.job_id, args.out or Path(f"{kind}-{args.job_id}"))
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    print(f"calibrate: export of {args.job_id} in {out} ({len(files)} files; the emulator: "
-          f"{out / 'mahimahi.txt'})", file=sys.stderr)
+    main = out / "mahimahi.txt" if kind == "calibration" else next(
+        (out / name for name in ("loo.csv", "ablation.csv") if (out / name).is_file()), out)
+    print(f"calibrate: export of {kind} {args.job_id} in {out} ({len(files)} files; "
+          f"{'the emulator' if kind == 'calibration' else 'the table'}: {main})", file=sys.stderr)
     print(out)
     return 0

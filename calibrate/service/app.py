@@ -37,6 +37,7 @@ from calibrate.service.intake import (
     RunOptions,
     SavedUpload,
     ScoreRequest,
+    StudyRequest,
     UploadTooLarge,
     save_upload,
 )
@@ -52,6 +53,7 @@ from calibrate.service.store import (
     RUNNING,
     SCORE,
     STATES,
+    STUDY,
     Job,
     Store,
 )
@@ -281,26 +283,44 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
 
     def job_of(job_id: str, kind: str) -> Job:
         job = store.job(job_id)
-        what = "calibration" if kind == CALIBRATION else "score"
         if job is None or job.kind != kind:
-            other = "" if job is None else f" (it is a {job.kind}: /v1/{job.kind}s/{job_id})"
-            listing = f"/v1/{what}s"
-            raise _refuse(404, f"no {what} {job_id!r} on this server{other}; list them with GET {listing}")
+            other = "" if job is None else f" (it is a {job.kind}: {views.collection(job.kind)}/{job_id})"
+            raise _refuse(404, f"no {kind} {job_id!r} on this server{other}; list them with GET "
+                               f"{views.collection(kind)}")
         return job
 
     def _state_text(job: Job) -> str:
-        if job.state == RUNNING:
+        if job.state == RUNNING and job.kind == CALIBRATION:
             done = len(runs.records(job))
             budget = job.options["budget"] * len(job.options["links"])
             return f"running ({done}/{budget} evaluations)"
+        if job.state == RUNNING and job.kind == STUDY:
+            return f"running ({len(runs.records(job))} evaluations so far)"
         return job.state + (f": {job.message}" if job.state not in (QUEUED, DONE) and job.message else "")
 
-    def done_job(job_id: str) -> Job:
-        job = job_of(job_id, CALIBRATION)
+    def done_job(job_id: str, kind: str = CALIBRATION) -> Job:
+        job = job_of(job_id, kind)
         if job.state != DONE:
-            raise _refuse(409, f"calibration {job_id} is {_state_text(job)}; its export exists once it "
-                               f"is done (watch /v1/calibrations/{job_id}/events)")
+            watch = f"watch {views.collection(kind)}/{job_id}/events" if kind == CALIBRATION else \
+                f"poll {views.collection(kind)}/{job_id}"
+            raise _refuse(409, f"{kind} {job_id} is {_state_text(job)}; its export exists once it "
+                               f"is done ({watch})")
         return job
+
+    def export_of(job: Job) -> FileResponse:
+        return FileResponse(views.export_zip(job), media_type="application/zip",
+                            filename=f"{job.kind}-{job.id}.zip")
+
+    def file_of(job: Job, name: str) -> FileResponse:
+        try:
+            path = views.export_file(job, name)
+        except CalibrateError as error:
+            raise _refuse(400, str(error)) from None
+        if path is None:
+            root = views.export_dir(job)
+            files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+            raise _refuse(404, f"no file {name!r} in the export of {job.id}; it has {', '.join(files)}")
+        return FileResponse(path)
 
     def submitted(job: Job, existing: bool) -> JSONResponse:
         body = {"id": job.id, "state": job.state, "existing": existing, "urls": views.urls(job)}
@@ -386,23 +406,12 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     @app.get("/v1/calibrations/{job_id}/export", tags=["calibrations"], response_class=FileResponse,
              summary="the export as a zip")
     def get_export(job_id: str) -> FileResponse:
-        job = done_job(job_id)
-        return FileResponse(views.export_zip(job), media_type="application/zip",
-                            filename=f"calibration-{job.id}.zip")
+        return export_of(done_job(job_id))
 
     @app.get("/v1/calibrations/{job_id}/files/{name:path}", tags=["calibrations"],
              response_class=FileResponse, summary="one file of the export")
     def get_file(job_id: str, name: str) -> FileResponse:
-        job = done_job(job_id)
-        try:
-            path = views.export_file(job, name)
-        except CalibrateError as error:
-            raise _refuse(400, str(error)) from None
-        if path is None:
-            report = runs.report(job) or {}
-            raise _refuse(404, f"no file {name!r} in the export of {job_id}; it has "
-                               f"{', '.join(report.get('files', []))}")
-        return FileResponse(path)
+        return file_of(done_job(job_id), name)
 
     @app.get("/v1/calibrations/{job_id}/convergence.png", tags=["calibrations"],
              response_class=Response, summary="the convergence plot of the journal so far")
@@ -441,6 +450,46 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     @app.delete("/v1/scores/{job_id}", tags=["scores"], dependencies=writes, summary="cancel a score")
     def cancel_score(job_id: str) -> dict[str, Any]:
         return _cancel(job_of(job_id, SCORE))
+
+    # -- studies
+
+    @app.post("/v1/studies", status_code=202, tags=["studies"], dependencies=writes,
+              openapi_extra=_openapi_body("StudyRequest"),
+              summary="a leave-one-out (calibrate loo) or an ablation (calibrate ablate) of a target")
+    async def submit_study(request: Request) -> JSONResponse:
+        parsed = await _json_body(request, StudyRequest)
+        job, existing = await run_in_threadpool(intake.study, parsed)
+        return submitted(job, existing)
+
+    @app.get("/v1/studies", tags=["studies"], summary="list the studies")
+    def list_studies(state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
+                     ) -> dict[str, Any]:
+        jobs = store.jobs(kind=STUDY, states=None if state is None else [state])
+        return {"studies": [views.summary(job, runs) for job in reversed(jobs)]}
+
+    @app.get("/v1/studies/{job_id}", tags=["studies"],
+             summary="one study: its state, evaluations so far, and its table once done")
+    def get_study(job_id: str) -> dict[str, Any]:
+        return views.summary(job_of(job_id, STUDY), runs)
+
+    @app.delete("/v1/studies/{job_id}", tags=["studies"], dependencies=writes, summary="cancel a study")
+    def cancel_study(job_id: str) -> dict[str, Any]:
+        return _cancel(job_of(job_id, STUDY))
+
+    @app.get("/v1/studies/{job_id}/export", tags=["studies"], response_class=FileResponse,
+             summary="the study's export as a zip (its table, plot and each fold's or step's emulator)")
+    def get_study_export(job_id: str) -> FileResponse:
+        return export_of(done_job(job_id, STUDY))
+
+    @app.get("/v1/studies/{job_id}/files/{name:path}", tags=["studies"], response_class=FileResponse,
+             summary="one file of the study's export")
+    def get_study_file(job_id: str, name: str) -> FileResponse:
+        return file_of(done_job(job_id, STUDY), name)
+
+    @app.get("/v1/studies/{job_id}/log", tags=["studies"], response_class=PlainTextResponse,
+             summary="the end of the study's log (its command's output)")
+    def study_log(job_id: str) -> PlainTextResponse:
+        return PlainTextResponse(views.log_tail(job_of(job_id, STUDY)))
 
     # -- the catalogue
 
@@ -510,7 +559,7 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
             schema = get_openapi(title=app.title, version=app.version, description=app.description,
                                  routes=app.routes)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in (CalibrationRequest, ScoreRequest):
+            for model in (CalibrationRequest, ScoreRequest, StudyRequest):
                 body = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(body.pop("$defs", {}))
                 components[model.__name__] = body

@@ -124,12 +124,39 @@ class Client:
         request = {"target": target, "options": dict(options), "force": force}
         return self.request("POST", "/v1/calibrations", write=True, json=request).json()
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/v1/calibrations/{job_id}").json()
+    def submit_study(self, study: str, *, target: str | None = None, calibration: str | None = None,
+                     options: Mapping[str, Any], order: str | None = None, force: bool = False) -> dict[str, Any]:
+        """POST /v1/studies: a leave-one-out or ablation of a named target or of a calibration's."""
+        if target is not None and Path(target).expanduser().exists():
+            raise InputError(f"{target} is a local file: a study runs on a target the server has; submit "
+                             f"it as a calibration first (calibrate submit {target}), then the study of "
+                             f"that calibration's target with --calibration ID")
+        request = {"study": study, "options": dict(options), "force": force,
+                   **({"target": target} if target is not None else {}),
+                   **({"calibration": calibration} if calibration is not None else {}),
+                   **({"order": order} if order is not None else {})}
+        return self.request("POST", "/v1/studies", write=True, json=request).json()
 
-    def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
+    def job(self, job_id: str, collection: str = "calibrations") -> dict[str, Any]:
+        return self.request("GET", f"/v1/{collection}/{job_id}").json()
+
+    def jobs(self, state: str | None = None, collection: str = "calibrations") -> list[dict[str, Any]]:
         params = {"state": state} if state else {}
-        return self.request("GET", "/v1/calibrations", params=params).json()["calibrations"]
+        return self.request("GET", f"/v1/{collection}", params=params).json()[collection]
+
+    def collection_of(self, job_id: str) -> str:
+        """Whether job `job_id` is one of the calibrations or of the studies."""
+        for collection in ("calibrations", "studies"):
+            try:
+                response = httpx.get(f"{self.server}/v1/{collection}/{job_id}", timeout=self.timeout_s)
+            except httpx.TransportError as error:
+                raise self._unreachable(error) from None
+            if response.status_code == 200:
+                return collection
+            if response.status_code != 404:
+                raise self._refused(response)
+        raise InputError(f"no calibration or study {job_id!r} on {self.server}; list them with "
+                         f"`calibrate jobs` (or `calibrate jobs --studies`)")
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/v1/calibrations/{job_id}", write=True).json()
@@ -147,16 +174,17 @@ class Client:
             raise self._unreachable(error) from None
 
     def fetch(self, job_id: str, out: Path) -> Path:
-        """Download the export of a finished calibration and unpack it (safely) into `out`."""
+        """Download the export of a finished calibration or study and unpack it (safely) into `out`."""
         out = Path(out)
         if out.exists():
             raise InputError(f"--out {out} exists already; choose another directory or remove it")
+        collection = self.collection_of(job_id)
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         try:
             archive = staging / "export.zip"
             try:
-                with httpx.stream("GET", f"{self.server}/v1/calibrations/{job_id}/export",
+                with httpx.stream("GET", f"{self.server}/v1/{collection}/{job_id}/export",
                                   timeout=self.timeout_s) as response:
                     if response.status_code >= 400:
                         response.read()

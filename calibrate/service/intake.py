@@ -40,10 +40,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import CalibrateError, InputError
+from calibrate.jsonfile import read_json
+from calibrate.runs.ablation import GREEDY, parse_order
 from calibrate.runs.config import LINK_KINDS, RunConfig, host_schemes, links_for, problem_of, registry_of
 from calibrate.scripted import MAX_RUNTIME_S
 from calibrate.service.settings import ServiceSettings
-from calibrate.service.store import CALIBRATION, QUEUED, SCORE, Job, Store, now
+from calibrate.service.store import CALIBRATION, QUEUED, SCORE, STUDY, Job, Store, now
 from calibrate.space import PARAMETERS
 from calibrate.targets.archive import ARCHIVE_SUFFIXES
 from calibrate.targets.bundled import bundled_targets, load_bundled
@@ -63,6 +65,10 @@ TARGET_FILE = "target.json"
 RUN_DIR = "run"
 LOG_FILE = "log.txt"
 SCORE_FILE = "score.json"
+#: where the export of a finished calibration is, in its run directory
+EXPORT_REPORT = Path("export") / "emulator.json"
+#: and a finished study's (`calibrate.study_export`), by its command (`calibrate loo|ablate`)
+STUDY_REPORTS = {"loo": Path("export") / "loo.json", "ablate": Path("export") / "ablation.json"}
 _CHUNK = 1024 * 1024
 
 
@@ -187,6 +193,38 @@ class ScoreRequest(BaseModel):
         if "/" in self.emulator or "\\" in self.emulator:
             raise ValueError("emulator: the server reads no trace files; name traces by rate "
                              "(12mbps.trace, 0.57mbps-poisson.trace), without a directory")
+        return self
+
+
+class StudyRequest(BaseModel):
+    """POST /v1/studies: a leave-one-out (`calibrate loo`) or an ablation (`calibrate ablate`) of a
+    target: a named one, or the target of a calibration this server has (its id), uploads
+    included."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    study: Literal["loo", "ablate"] = Field(..., description="loo: leave-one-out; ablate: the "
+                                            "parameters added one by one (the paper's Figure 5)")
+    target: str | None = Field(default=None, max_length=300,
+                               description="a bundled name or a Pantheon result ID")
+    calibration: str | None = Field(default=None, max_length=80,
+                                    description="or the id of a calibration on this server: its target")
+    options: RunOptions = Field(default_factory=lambda: RunOptions.model_validate({}))
+    order: str | None = Field(default=None, max_length=100,
+                              description="ablate only: greedy (default), or the parameters in the order "
+                                          "they are added, rate first (rate,delay,queue,loss)")
+    force: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudyRequest:
+        if (self.target is None) == (self.calibration is None):
+            raise ValueError("give either \"target\" (a bundled name or a Pantheon result ID) or "
+                             "\"calibration\" (the id of a calibration on this server), not both")
+        if self.study == "loo" and self.order is not None:
+            raise ValueError("order: only an ablation adds parameters in an order; leave it out for loo")
+        if self.study == "ablate" and self.options.fix:
+            raise ValueError("options.fix: an ablation fixes nothing (each step adds a parameter); "
+                             "leave it out, or give an order")
         return self
 
 
@@ -337,6 +375,22 @@ def normalize_score(request: ScoreRequest, target: Target) -> dict[str, Any]:
     return normalized
 
 
+def normalize_study(request: StudyRequest, spec: str, target: Target) -> dict[str, Any]:
+    """A study's options, checked as its command checks them: a leave-one-out searches the link
+    kinds the target shows (as `calibrate run`), an ablation both unless told (`calibrate ablate`)."""
+    options = request.options
+    if request.study == "ablate" and not options.links:
+        options = options.model_copy(update={"links": list(LINK_KINDS)})
+    normalized = {"study": request.study, **normalize_run(options, spec, target)}
+    if request.study == "ablate":
+        try:
+            order = parse_order(request.order or GREEDY)
+        except InputError as error:  # the command line's sentence, in the request's words
+            raise InputError(str(error).replace("--order", "order", 1)) from None
+        normalized["order"] = order if isinstance(order, str) else ",".join(order)
+    return normalized
+
+
 def _number(value: float) -> str:
     """A number as a flag's value: whole numbers without a decimal point, others exactly."""
     value = float(value)
@@ -368,8 +422,24 @@ def score_flags(options: Mapping[str, Any]) -> list[str]:
     return flags
 
 
+def study_flags(options: Mapping[str, Any]) -> list[str]:
+    """The `calibrate loo|ablate` flags of a study's normalized options (its command first)."""
+    order = [f"--order={options['order']}"] if options.get("order") else []
+    return [options["study"], *run_flags(options), *order]
+
+
 # ----------------------------------------------------------------------------------------------
 # Jobs
+
+
+def made_file(job: Job) -> Path:
+    """What the job's command writes last when it succeeds: the export's report, or the score
+    (beside its run directory: ROOT/jobs/ID/score.json)."""
+    if job.kind == CALIBRATION:
+        return Path(job.run_dir) / EXPORT_REPORT
+    if job.kind == STUDY:
+        return Path(job.run_dir) / STUDY_REPORTS[job.options["study"]]
+    return Path(job.run_dir).parent / SCORE_FILE
 
 
 def job_digest(kind: str, content: str, options: Mapping[str, Any]) -> str:
@@ -413,6 +483,24 @@ class Intake:
         target = load_named(spec, self.settings)
         options = normalize_score(request, target)
         return self._make(SCORE, spec, target, target_digest(target), options, request.force, None)
+
+    def study(self, request: StudyRequest) -> tuple[Job, bool]:
+        """A study of a named target, or of the target of a calibration on this server."""
+        if request.calibration is not None:
+            source = self.store.job(request.calibration.strip())
+            if source is None or source.kind != CALIBRATION:
+                raise InputError(f"calibration: no calibration {request.calibration!r} on this server; "
+                                 f"list them with GET /v1/calibrations")
+            saved = self.job_dir(source.id) / INPUT_DIR / TARGET_FILE
+            target = Target.from_json(read_json(saved, what="target"), source=source.target)
+            spec, content = source.target, source.target_digest
+        else:
+            assert request.target is not None  # StudyRequest: one of the two
+            spec = request.target.strip()
+            target = load_named(spec, self.settings)
+            content = target_digest(target)
+        options = normalize_study(request, spec, target)
+        return self._make(STUDY, spec, target, content, options, request.force, None)
 
     def _make(self, kind: str, spec: str, target: Target, content: str, options: dict[str, Any],
               force: bool, upload: SavedUpload | None) -> tuple[Job, bool]:

@@ -2,7 +2,8 @@
 
 A job is the command line's own command, run as a child process — `python -m calibrate run
 ROOT/jobs/ID/input/target.json [flags] --out ROOT/jobs/ID/run --quiet` (a score: `calibrate
-score ... --json-out ROOT/jobs/ID/score.json`) — with its stdout and stderr in
+score ... --json-out ROOT/jobs/ID/score.json`; a study: `calibrate loo|ablate ... --out
+ROOT/jobs/ID/run`) — with its stdout and stderr in
 ROOT/jobs/ID/log.txt.  Everything the command line promises holds for it: its run directory,
 journal and writer lock; SIGTERM ends it with status 143, its Ray and engines stopped, every
 finished evaluation kept.
@@ -16,10 +17,10 @@ it ends, so only the scheduler's thread starts children).  So a server killed ev
 takes its jobs down cleanly, and leaves their journals as a crash of `calibrate run` would.
 
 Jobs the store says are running when a server starts were running when the previous one
-stopped: each is continued with `calibrate resume RUN_DIR` (a score, whose run keeps nothing,
-is run again) once its previous process is gone and the kernel has released its run
-directory's writer lock (`calibrate.runs.lock`), so the two never write at once.  Queued jobs
-start, oldest first, as slots free.
+stopped: each is continued with `calibrate resume RUN_DIR` (calibrations and studies alike; a
+score, whose run keeps nothing, is run again) once its previous process is gone and the kernel
+has released its run directory's writer lock (`calibrate.runs.lock`), so the two never write
+at once.  Queued jobs start, oldest first, as slots free.
 
 Cancel (`Scheduler.cancel`): SIGTERM to the job's process group; after `cancel_grace_s` SIGKILL;
 then every process left of the job (an engine of a Ray worker that outlived it) is ended the
@@ -47,7 +48,15 @@ from calibrate.errors import EnvironmentProblem
 from calibrate.processes import alive
 from calibrate.runs import lock
 from calibrate.runs.journal import RUN_FILE
-from calibrate.service.intake import INPUT_DIR, LOG_FILE, SCORE_FILE, TARGET_FILE, run_flags, score_flags
+from calibrate.service.intake import (
+    INPUT_DIR,
+    LOG_FILE,
+    TARGET_FILE,
+    made_file,
+    run_flags,
+    score_flags,
+    study_flags,
+)
 from calibrate.service.settings import ServiceSettings
 from calibrate.service.store import (
     CALIBRATION,
@@ -55,7 +64,9 @@ from calibrate.service.store import (
     DONE,
     FAILED,
     QUEUED,
+    RUN_KINDS,
     RUNNING,
+    STUDY,
     Job,
     Store,
     now,
@@ -71,8 +82,6 @@ LEFTOVER_GRACE_S = 10.0
 #: the variable naming a job, by its directory, in the environment of its process and of every
 #: process that one starts (Ray's, the engines): how the job's processes are told from others
 JOB_VARIABLE = "CALIBRATE_SERVICE_JOB"
-#: where the export of a finished calibration is, in its run directory
-EXPORT_REPORT = Path("export") / "emulator.json"
 
 
 def _libc_prctl() -> Callable[..., int]:
@@ -276,7 +285,7 @@ class Scheduler:
     def _ended(self, job: Job, code: int) -> None:
         """Record how the process of a running job ended: done when it wrote what it makes."""
         directory = self.settings.jobs_dir / job.id
-        made = directory / SCORE_FILE if job.kind != CALIBRATION else Path(job.run_dir) / EXPORT_REPORT
+        made = made_file(job)
         if code == 0 and made.exists():
             self.store.transition(job.id, [RUNNING], DONE, finished=now(), exit_code=0, pid=None)
             return
@@ -307,7 +316,7 @@ class Scheduler:
             if run_dir.is_dir() and lock.holder(run_dir) is not None:
                 continue  # the kernel has not released the writer lock yet
             self._orphans.discard(job_id)
-            resume = job.kind == CALIBRATION and (run_dir / RUN_FILE).exists()
+            resume = job.kind in RUN_KINDS and (run_dir / RUN_FILE).exists()
             self._spawn(job, resume=resume)
 
     def _start_queued(self) -> None:
@@ -333,8 +342,11 @@ class Scheduler:
         if job.kind == CALIBRATION:
             return [*base, "run", target, *run_flags(job.options), f"--out={job.run_dir}", "--quiet",
                     *fetching, *ray]
+        if job.kind == STUDY:
+            command, *flags = study_flags(job.options)
+            return [*base, command, target, *flags, f"--out={job.run_dir}", "--quiet", *fetching, *ray]
         return [*base, "score", target, *score_flags(job.options),
-                f"--json-out={directory / SCORE_FILE}", "--quiet", *fetching, *ray]
+                f"--json-out={made_file(job)}", "--quiet", *fetching, *ray]
 
     def _spawn(self, job: Job, *, resume: bool) -> None:
         directory = self.settings.jobs_dir / job.id

@@ -50,8 +50,10 @@ STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED)
 FINISHED = (DONE, FAILED, CANCELLED)
 #: states in which a job answers a submission of the same content (the rest are tried again)
 LIVE = (QUEUED, RUNNING, DONE)
-CALIBRATION, SCORE = "calibration", "score"
-KINDS = (CALIBRATION, SCORE)
+CALIBRATION, SCORE, STUDY = "calibration", "score", "study"
+KINDS = (CALIBRATION, SCORE, STUDY)
+#: the kinds whose job makes a run directory (journal, writer lock, export; `calibrate resume`)
+RUN_KINDS = (CALIBRATION, STUDY)
 TOKEN_PREFIX = "cal_"
 
 metadata = MetaData()

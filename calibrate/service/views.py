@@ -23,8 +23,8 @@ from calibrate import installed_version
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.runs.journal import JOURNAL, RESULT, RUN_FILE, Evaluation, RunDir
-from calibrate.service.intake import LOG_FILE, SCORE_FILE
-from calibrate.service.store import DONE, FINISHED, RUNNING, SCORE, Job, parse_time
+from calibrate.service.intake import LOG_FILE, made_file
+from calibrate.service.store import CALIBRATION, DONE, FINISHED, RUNNING, SCORE, STUDY, Job, parse_time
 
 EXPORT = "export"
 REPORT = "emulator.json"
@@ -59,8 +59,8 @@ class Runs:
             cached = self._dirs.get(job.id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        try:
-            run = RunDir.open(path) if key is not None else None
+        try:  # a study's run.json names its kind; a calibration's may not (format 1)
+            run = RunDir.open(path, CALIBRATION if job.kind == CALIBRATION else None) if key is not None else None
         except InputError:
             run = None
         with self._lock:
@@ -117,10 +117,17 @@ class Runs:
 # A job's summary
 
 
+def collection(kind: str) -> str:
+    """The URL path of a kind's jobs: /v1/calibrations, /v1/scores, /v1/studies."""
+    return "/v1/studies" if kind == STUDY else f"/v1/{kind}s"
+
+
 def urls(job: Job) -> dict[str, str]:
+    base = f"{collection(job.kind)}/{job.id}"
     if job.kind == SCORE:
-        return {"self": f"/v1/scores/{job.id}"}
-    base = f"/v1/calibrations/{job.id}"
+        return {"self": base}
+    if job.kind == STUDY:
+        return {"self": base, "export": f"{base}/export", "log": f"{base}/log"}
     return {"self": base, "events": f"{base}/events", "export": f"{base}/export",
             "convergence": f"{base}/convergence.png", "log": f"{base}/log"}
 
@@ -146,9 +153,11 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
         "options": dict(job.options), "message": job.message, "elapsed_s": _elapsed(job),
         "urls": urls(job)}
     if job.kind == SCORE:
-        path = Path(job.run_dir).parent / SCORE_FILE
+        path = made_file(job)
         out["result"] = read_json(path, what="score") if job.state == DONE and path.exists() else None
         return out
+    if job.kind == STUDY:
+        return {**out, **study_summary(job, runs)}
     records = runs.records(job)
     budget = int(job.options["budget"])
     progress: dict[str, dict[str, Any]] = {}
@@ -181,6 +190,18 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
     out.update({"progress": progress, "evaluations": len(records), "best": best, "eta_s": eta,
                 "schemes": schemes})
     return out
+
+
+def study_summary(job: Job, runs: Runs) -> dict[str, Any]:
+    """A study's part of its summary: the evaluations journaled so far, and once it is done its
+    table as the export's loo.json / ablation.json holds it."""
+    records = runs.records(job)
+    report = made_file(job)
+    result = read_json(report, what="study result") if job.state == DONE and report.exists() else None
+    return {"study": job.options["study"], "evaluations": len(records),
+            "best_f": min((r.f for r in records), default=None), "result": result,
+            "files": sorted(str(p.relative_to(export_dir(job))) for p in export_dir(job).rglob("*")
+                            if p.is_file()) if result is not None else None}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,7 +296,7 @@ def _zip(path: Path, members: Mapping[str, Path]) -> Path:
 def export_zip(job: Job) -> Path:
     """The whole export as a zip (its files under ``<id>/``), made once."""
     root = export_dir(job)
-    members = {f"calibration-{job.id}/{p.relative_to(root)}": p for p in root.rglob("*") if p.is_file()}
+    members = {f"{job.kind}-{job.id}/{p.relative_to(root)}": p for p in root.rglob("*") if p.is_file()}
     return _zip(Path(job.run_dir).parent / EXPORT_ZIP, members)
 
 
