@@ -47,6 +47,8 @@ STARTED = "Ray runtime started"
 AUTH_MODES = ("token", "disabled")
 #: seconds a node's `ray start` gets to drain and stop on SIGTERM before its group is killed
 STOP_GRACE_S = 20.0
+#: how long `stop` waits for SIGKILLed processes to be gone
+KILL_WAIT_S = 10.0
 
 
 def default_state_dir(name: str) -> Path:
@@ -316,8 +318,16 @@ def stop(nodes: list[Node] | tuple[Node, ...], *, grace: float = STOP_GRACE_S, f
         if left:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.pid, signal.SIGKILL)
+            # SIGKILL is delivered asynchronously: return once the processes are gone
+            deadline = time.monotonic() + KILL_WAIT_S
+            while _group(node.pid) and time.monotonic() < deadline:
+                _reap(node.pid)
+                time.sleep(0.05)
         _reap(node.pid)
-        done.append(f"{node.name}: stopped" + (f" ({len(left)} processes killed)" if left else ""))
+        stuck = _group(node.pid)
+        done.append(f"{node.name}: stopped" + (f" ({len(left)} processes killed)" if left else "")
+                    + (f"; {len(stuck)} still exiting after {KILL_WAIT_S:g} s: "
+                       f"{', '.join(str(pid) for pid, _ in stuck)}" if stuck else ""))
     return done
 
 
