@@ -49,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=_serve)
 
     verbs = serve.add_subparsers(dest="serve_command", title="managing the API tokens", metavar="token")
+    # after add_subparsers, which names the verbs' programs from the usage: `token` is optional
+    serve.usage = ("calibrate serve [-h] [--root DIR] [--store URL] [--host HOST] [--port PORT] [--address ADDRESS]\n"
+                   "                       [--max-running N] [--max-upload-bytes N]\n"
+                   "       calibrate serve token {create,list,revoke} ...")
     token = verbs.add_parser("token", help="the API tokens writes need",
                              description="Create, list or revoke the server's API tokens (stored hashed).")
     token_verbs = token.add_subparsers(dest="token_command", metavar="VERB")
