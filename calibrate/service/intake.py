@@ -224,7 +224,7 @@ class StudyRequest(BaseModel):
             raise ValueError("order: only an ablation adds parameters in an order; leave it out for loo")
         if self.study == "ablate" and self.options.fix:
             raise ValueError("options.fix: an ablation fixes nothing (each step adds a parameter); "
-                             "leave it out, or give an order")
+                             "leave it out (`calibrate ablate` has no --fix either)")
         return self
 
 
