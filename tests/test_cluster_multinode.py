@@ -78,9 +78,11 @@ def cluster(tmp_path_factory):
         yield local.LocalCluster.from_json(data), state
     finally:
         _calibrate("cluster", "local", "down", "--name", name, "--state-dir", str(state), "--force", check=False)
-        for node in data["nodes"]:  # only our nodes' processes, all gone
-            assert not local.Node(**node).processes(), node
-        shutil.rmtree(data["temp_dir"], ignore_errors=True)  # Ray's session files
+        try:
+            for node in data["nodes"]:  # only our nodes' processes, all gone
+                assert not local.Node(**node).processes(), node
+        finally:  # Ray's session files (`down` keeps them, as `ray stop` does), whatever the check says
+            shutil.rmtree(data["temp_dir"], ignore_errors=True)
 
 
 def _tasks(cluster: local.LocalCluster) -> list[dict]:
