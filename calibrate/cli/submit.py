@@ -210,25 +210,21 @@ def _jobs(args: argparse.Namespace) -> int:
     from calibrate.service.client import Client
 
     client = Client.from_options(args.server, None)
-    jobs = client.jobs(args.state, "studies" if args.studies else "calibrations")
+    collection = "studies" if args.studies else "calibrations"
+    jobs = client.jobs(args.state, collection)
     if args.json:
         print(json.dumps(jobs, indent=2))
         return 0
-    if args.studies:
-        table = Table(title=f"studies on {client.server} ({len(jobs)})", title_justify="left")
-        for column in ("id", "study", "state", "target", "evaluations", "best f", "created", "message"):
-            table.add_column(column)
-        for job in jobs:
-            table.add_row(job["id"], job["study"], job["state"], job["target"], str(job["evaluations"]),
-                          fmt_f(job.get("best_f")), job["created"], (job.get("message") or "")[:80])
-        Console(width=None if sys.stdout.isatty() else 200).print(table)
-        return 0
-    table = Table(title=f"calibrations on {client.server} ({len(jobs)})", title_justify="left")
-    for column in ("id", "state", "target", "evaluations", "best f", "created", "message"):
+    table = Table(title=f"{collection} on {client.server} ({len(jobs)})", title_justify="left")
+    kind = ["study"] if args.studies else []  # a study's column: loo or ablate
+    for column in ("id", *kind, "state", "target", "evaluations", "best f", "created", "message"):
         table.add_column(column)
     for job in jobs:
-        best = job.get("best") or {}
-        table.add_row(job["id"], job["state"], job["target"], _progress_text(job), fmt_f(best.get("f")),
+        if args.studies:
+            done, best = str(job["evaluations"]), job.get("best_f")
+        else:
+            done, best = _progress_text(job), (job.get("best") or {}).get("f")
+        table.add_row(job["id"], *[job[k] for k in kind], job["state"], job["target"], done, fmt_f(best),
                       job["created"], (job.get("message") or "")[:80])
     Console(width=None if sys.stdout.isatty() else 200).print(table)
     return 0
@@ -240,7 +236,7 @@ def _fetch(args: argparse.Namespace) -> int:
     client = Client.from_options(args.server, None)
     collection = client.collection_of(args.job_id)
     kind = "study" if collection == "studies" else "calibration"
-    out = client.fetch(args.job_id, args.out or Path(f"{kind}-{args.job_id}"))
+    out = client.fetch(args.job_id, args.out or Path(f"{kind}-{args.job_id}"), collection)
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     main = out / "mahimahi.txt" if kind == "calibration" else next(
         (out / name for name in ("loo.csv", "ablation.csv") if (out / name).is_file()), out)

@@ -317,9 +317,8 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         except CalibrateError as error:
             raise _refuse(400, str(error)) from None
         if path is None:
-            root = views.export_dir(job)
-            files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-            raise _refuse(404, f"no file {name!r} in the export of {job.id}; it has {', '.join(files)}")
+            raise _refuse(404, f"no file {name!r} in the export of {job.id}; it has "
+                               f"{', '.join(views.export_files(job))}")
         return FileResponse(path)
 
     def submitted(job: Job, existing: bool) -> JSONResponse:

@@ -173,12 +173,13 @@ class Client:
         except httpx.TransportError as error:
             raise self._unreachable(error) from None
 
-    def fetch(self, job_id: str, out: Path) -> Path:
-        """Download the export of a finished calibration or study and unpack it (safely) into `out`."""
+    def fetch(self, job_id: str, out: Path, collection: str | None = None) -> Path:
+        """Download the export of a finished calibration or study (`collection`, else asked of the
+        server) and unpack it (safely) into `out`."""
         out = Path(out)
         if out.exists():
             raise InputError(f"--out {out} exists already; choose another directory or remove it")
-        collection = self.collection_of(job_id)
+        collection = collection or self.collection_of(job_id)
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         try:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import CalibrateError, InputError
+from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
 from calibrate.runs.ablation import GREEDY, parse_order
 from calibrate.runs.config import LINK_KINDS, RunConfig, host_schemes, links_for, problem_of, registry_of
@@ -65,10 +66,8 @@ TARGET_FILE = "target.json"
 RUN_DIR = "run"
 LOG_FILE = "log.txt"
 SCORE_FILE = "score.json"
-#: where the export of a finished calibration is, in its run directory
-EXPORT_REPORT = Path("export") / "emulator.json"
-#: and a finished study's (`calibrate.study_export`), by its command (`calibrate loo|ablate`)
-STUDY_REPORTS = {"loo": Path("export") / "loo.json", "ablate": Path("export") / "ablation.json"}
+#: the table a finished study's export holds (`calibrate.study_export`), by its command
+STUDY_REPORTS = {"loo": "loo.json", "ablate": "ablation.json"}
 _CHUNK = 1024 * 1024
 
 
@@ -436,9 +435,9 @@ def made_file(job: Job) -> Path:
     """What the job's command writes last when it succeeds: the export's report, or the score
     (beside its run directory: ROOT/jobs/ID/score.json)."""
     if job.kind == CALIBRATION:
-        return Path(job.run_dir) / EXPORT_REPORT
+        return Path(job.run_dir) / EXPORT_DIR / REPORT
     if job.kind == STUDY:
-        return Path(job.run_dir) / STUDY_REPORTS[job.options["study"]]
+        return Path(job.run_dir) / EXPORT_DIR / STUDY_REPORTS[job.options["study"]]
     return Path(job.run_dir).parent / SCORE_FILE
 
 

@@ -21,13 +21,12 @@ from typing import Any
 
 from calibrate import installed_version
 from calibrate.errors import InputError
+from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
 from calibrate.runs.journal import JOURNAL, RESULT, RUN_FILE, Evaluation, RunDir
 from calibrate.service.intake import LOG_FILE, made_file
 from calibrate.service.store import CALIBRATION, DONE, FINISHED, RUNNING, SCORE, STUDY, Job, parse_time
 
-EXPORT = "export"
-REPORT = "emulator.json"
 EXPORT_ZIP = "export.zip"
 BUNDLE_ZIP = "bundle.zip"
 #: the winner's files a catalogue bundle holds, beside its traces
@@ -98,8 +97,9 @@ class Runs:
         return result
 
     def report(self, job: Job) -> Mapping[str, Any] | None:
-        """The export's emulator.json, once the job is done."""
-        path = Path(job.run_dir) / EXPORT / REPORT
+        """What the job's command wrote last (`made_file`), once the job is done: a calibration's
+        emulator.json, a study's loo.json or ablation.json, a score's score.json."""
+        path = made_file(job)
         if job.state != DONE or not path.exists():
             return None
         key = _signature(path)
@@ -107,7 +107,7 @@ class Runs:
             cached = self._results.get(f"{job.id}/report")
         if cached is not None and cached[0] == key:
             return cached[1]
-        report = read_json(path, what="export report")
+        report = read_json(path, what=f"{job.kind} result")
         with self._lock:
             self._results[f"{job.id}/report"] = (key, report)
         return report
@@ -153,8 +153,7 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
         "options": dict(job.options), "message": job.message, "elapsed_s": _elapsed(job),
         "urls": urls(job)}
     if job.kind == SCORE:
-        path = made_file(job)
-        out["result"] = read_json(path, what="score") if job.state == DONE and path.exists() else None
+        out["result"] = runs.report(job)
         return out
     if job.kind == STUDY:
         return {**out, **study_summary(job, runs)}
@@ -196,12 +195,10 @@ def study_summary(job: Job, runs: Runs) -> dict[str, Any]:
     """A study's part of its summary: the evaluations journaled so far, and once it is done its
     table as the export's loo.json / ablation.json holds it."""
     records = runs.records(job)
-    report = made_file(job)
-    result = read_json(report, what="study result") if job.state == DONE and report.exists() else None
+    result = runs.report(job)
     return {"study": job.options["study"], "evaluations": len(records),
             "best_f": min((r.f for r in records), default=None), "result": result,
-            "files": sorted(str(p.relative_to(export_dir(job))) for p in export_dir(job).rglob("*")
-                            if p.is_file()) if result is not None else None}
+            "files": export_files(job) if result is not None else None}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,7 +257,13 @@ def sort_entries(entries: list[dict[str, Any]], sort: str, order: str) -> list[d
 
 
 def export_dir(job: Job) -> Path:
-    return Path(job.run_dir) / EXPORT
+    return Path(job.run_dir) / EXPORT_DIR
+
+
+def export_files(job: Job) -> list[str]:
+    """The export's files, as paths inside it."""
+    root = export_dir(job)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
 def export_file(job: Job, name: str) -> Path | None:
