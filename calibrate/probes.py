@@ -26,13 +26,20 @@ def tcp_sink(port: int) -> None:
 
 
 def tcp_source(host: str, port: int, congestion_control: str) -> None:
+    source_port = 0
     for _ in range(100):  # the sink may not be listening yet
         try:
             sock = socket.socket()
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion_control.encode())
+            # Every try from the same port: a refused try is then the same connection (the same
+            # 5-tuple, the same flow in the logs), not a flow of its own.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("0.0.0.0", source_port))
+            source_port = sock.getsockname()[1]
             sock.connect((host, port))
             break
         except ConnectionRefusedError:
+            sock.close()
             time.sleep(0.05)
     else:
         sys.exit("tcp-source: the sink never answered")

@@ -103,6 +103,18 @@ def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
     assert list(stats.flows) == [1]
 
 
+def test_a_source_that_connects_before_its_sink_listens_is_one_flow(tmp_path):
+    """The probe retries a refused connect from the same port: the same connection, one flow
+    (a new port per try made each refused SYN a flow of its own, seen in CI under load)."""
+    logs = Logs(datalink=tmp_path / "d.log")
+    endpoints = [Endpoint("receiver", probe("tcp-sink", 5000), start_s=1.0),
+                 Endpoint("sender", probe("tcp-source", "-", 5000, "cubic"))]
+    engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=logs)
+    stats = analyze_datalink_log(logs.datalink)
+    assert list(stats.flows) == [1]
+    assert stats.flows[1].departed_packets > 1000
+
+
 def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
     results = {}
 

@@ -72,8 +72,11 @@ fn discard(mut stream: TcpStream, stats: &Stats) {
     }
 }
 
-/// One connection attempt on a fresh socket, with the options set before `connect`.
-fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant) -> Result<TcpStream, std::io::Error> {
+/// One connection attempt on a fresh socket, with the options set before `connect`, from
+/// `*local_port` (0: any; set to the port used). Every try of one sender leaves from the same
+/// port, so a refused try is the same connection as the one that succeeds (one 5-tuple, one
+/// flow in the logs) rather than a flow of its own.
+fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant, local_port: &mut u16) -> Result<TcpStream, std::io::Error> {
     let family = if peer.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     // SAFETY: plain socket(2); the descriptor is owned by the TcpStream below or closed.
     let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
@@ -85,6 +88,15 @@ fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant) -> Result<TcpStre
     set_congestion_control(fd, cc).map_err(std::io::Error::other)?;
     let _ = net::set_buffer(fd, net::Buffer::Send, TCP_BUFFER_BYTES);
     net::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, UNSENT_BYTES)?;
+    net::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    let mut local = net::unspecified_for(peer);
+    local.set_port(*local_port);
+    let (storage, len) = sockaddr(&local);
+    // SAFETY: storage holds a valid sockaddr of length len.
+    if unsafe { libc::bind(fd, &storage as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    *local_port = stream.local_addr()?.port();
 
     let (storage, len) = sockaddr(peer);
     // SAFETY: storage holds a valid sockaddr of length len.
@@ -142,8 +154,9 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 /// Connects to `peer` (retrying while the receiver is not up yet) and sends until killed.
 pub fn run_sender(cc: &str, peer: SocketAddr, stats: Arc<Stats>, connect_timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + connect_timeout;
+    let mut local_port = 0;
     let mut stream = loop {
-        match try_connect(&peer, cc, deadline) {
+        match try_connect(&peer, cc, deadline, &mut local_port) {
             Ok(s) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::Other => return Err(e.to_string()),
             Err(e) => {
@@ -177,5 +190,23 @@ mod tests {
     fn unknown_congestion_control_is_a_clear_error() {
         let err = run_receiver("no-such-cc", 0, Arc::new(Stats::new("x", "receiver", "chunks"))).unwrap_err();
         assert!(err.contains("no-such-cc"), "{err}");
+    }
+
+    #[test]
+    fn every_try_to_connect_leaves_from_the_same_port() {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let peer: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut local_port = 0;
+        let refused = try_connect(&peer, "reno", deadline, &mut local_port).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        let first = local_port;
+        assert_ne!(first, 0);
+        assert!(try_connect(&peer, "reno", deadline, &mut local_port).is_err());
+        assert_eq!(local_port, first);
+        let listener = TcpListener::bind(peer).unwrap();
+        let stream = try_connect(&peer, "reno", deadline, &mut local_port).unwrap();
+        assert_eq!(stream.local_addr().unwrap().port(), first);
+        assert_eq!(listener.accept().unwrap().1.port(), first);
     }
 }
