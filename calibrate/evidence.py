@@ -28,7 +28,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -314,8 +314,10 @@ class PathEvidence:
     def __post_init__(self) -> None:
         object.__setattr__(self, "runs", tuple(sorted(self.runs, key=lambda r: (r.label, r.run))))
 
-    def of_scheme(self, label: str) -> PathEvidence:
-        return PathEvidence(tuple(r for r in self.runs if r.label == label))
+    def of_schemes(self, labels: Collection[str]) -> PathEvidence:
+        """The evidence of these target labels' runs only."""
+        keep = set(labels)
+        return PathEvidence(tuple(r for r in self.runs if r.label in keep))
 
     @property
     def labels(self) -> list[str]:

@@ -6,7 +6,10 @@ so.  `Optimizer.indistinguishable` (the rule is documented with its constants in
 sweeps through the incumbent along each parameter and of the evaluated points whose posterior
 mean of f lies within two combined standard errors (the model's and the replicates' noise) of
 the incumbent's; a parameter's range is its minimum and maximum over those points, in its own
-units.  A wide range is a finding, not a failure: the target does not tell those values apart.
+units.  A parameter the evaluations do not show f to depend on (the model refitted without it
+explains them as well: `Optimizer.irrelevant`) has its whole search range: the model's shape along
+it is extrapolation, not evidence.  A wide range is a finding, not a failure: the target does not
+tell those values apart.
 
 Where the target's per-packet logs tell values apart that its f cannot, the range is narrowed to
 what they allow (`calibrate.evidence`).  Mahimahi link logs do this for the delay: every

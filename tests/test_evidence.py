@@ -212,3 +212,12 @@ def test_mahimahi_target_evidence_reaches_the_calibration():
                                   "loss": 0.0}
     bounds = problem.space.bounds
     assert bounds["delay"] == (0.0, 30.0) and bounds["queue"][0] <= 60 <= bounds["queue"][1]
+
+
+def test_the_evidence_of_some_schemes_reads_only_their_runs():
+    """What a leave-one-out fold's ranges read: its fitted schemes' logs, not the held-out one's."""
+    evidence = _mahimahi_target("M1").evidence
+    assert evidence is not None and set(evidence.labels) == {"cubic", "reno", "bbr"}
+    fold = evidence.of_schemes(["cubic", "reno"])
+    assert set(fold.labels) == {"cubic", "reno"} and fold.link_logged_runs == 4
+    assert evidence.of_schemes([]).propagation_interval_ms is None

@@ -87,8 +87,15 @@ def test_a_format_1_run_opens_and_exports_as_before_without_the_host(tmp_path, n
                 # changed on purpose since (issue 11): the ranges' rule is the sd of the difference
                 # from the incumbent (the ranges it gives here are the same); and the GP's mean at
                 # the incumbent, refitted from the journal, is compared to float precision below
-                *[("links", link, key) for link in report["links"] for key in ("ranges_note", "model_mean")]]
+                *[("links", link, key) for link in report["links"] for key in ("ranges_note", "model_mean")],
+                # and a parameter counts only where the evaluations show f to depend on it (the
+                # relevance rule, calibrate.optimizers.base): ranges may only have widened
+                ("emulator", "ranges"), ("emulator", "ranges_text"),
+                *[("links", link, key) for link in report["links"] for key in ("ranges", "ranges_text")]]
     assert _without(report, *volatile) == _without({"fields": None, **EXPECTED["export"]}, *volatile)
+    for name, link in report["links"].items():
+        for key, (low, high) in EXPECTED["export"]["links"][name]["ranges"].items():
+            assert link["ranges"][key][0] <= low and high <= link["ranges"][key][1], (name, key)
     assert report["emulator"]["description"].startswith("10.08 Mbit/s constant, 25 ms")
     for name, link in report["links"].items():
         assert link["model_mean"] == pytest.approx(EXPECTED["export"]["links"][name]["model_mean"], rel=1e-9)

@@ -134,7 +134,7 @@ def _show_evidence(console, evidence: PathEvidence) -> None:
                    "drops (runs)", "capacity Mbit/s", "kind"):
         table.add_column(column, justify="left" if column == "scheme" else "right")
     for label in evidence.labels:
-        e = evidence.of_scheme(label)
+        e = evidence.of_schemes([label])
         most = [r.max_in_link for r in e.runs if r.max_in_link is not None]
         drops = "–" if e.drops is None else f"{e.drops} ({e.dropping_runs}/{e.link_logged_runs})"
         table.add_row(label, str(len(e.runs)), _num(e.min_delay_ms, ".1f"),

@@ -102,9 +102,14 @@ class BoTorchGP(Optimizer):
             yield
 
     def _fit(self) -> SingleTaskGP:
-        if self._model is not None:
-            return self._model
-        train_x = torch.tensor(np.array(self._x), dtype=_DTYPE)
+        if self._model is None:
+            self._model = self._fit_on(tuple(range(self.dim)))
+        return self._model
+
+    def _fit_on(self, inputs: tuple[int, ...]) -> SingleTaskGP:
+        """The model fitted on the unit cube's coordinates `inputs` of the evaluations."""
+        xs = np.array(self._x)
+        train_x = torch.tensor(xs if len(inputs) == self.dim else xs[:, list(inputs)], dtype=_DTYPE)
         f = np.array(self._y, dtype=float)
         y, noise = self.scale.g(f), self.scale.se(f, np.array(self._noise, dtype=float))
         train_y = -torch.tensor(y, dtype=_DTYPE).unsqueeze(-1)
@@ -114,8 +119,20 @@ class BoTorchGP(Optimizer):
         with self._seeded(2):  # fit_gpytorch_mll retries from random prior draws when it fails
             model = SingleTaskGP(train_x, train_y, train_yvar, outcome_transform=Standardize(m=1))
             fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-        self._model = model
         return model
+
+    def _log_evidence(self, inputs: tuple[int, ...]) -> float:
+        # the fitted objective, priors included, summed over the evaluations; every subset's
+        # model sees the same standardized outcomes, so the values compare
+        model = self._fit() if len(inputs) == self.dim else self._fit_on(inputs)
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        model.train()
+        try:
+            with torch.no_grad():
+                value = mll(model(*model.train_inputs), model.train_targets)
+        finally:
+            model.eval()
+        return float(value) * len(self._y)
 
     def _unit_bounds(self) -> torch.Tensor:
         return torch.stack([torch.zeros(self.dim, dtype=_DTYPE), torch.ones(self.dim, dtype=_DTYPE)])

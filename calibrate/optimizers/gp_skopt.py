@@ -93,6 +93,16 @@ class SkoptGP(Optimizer):
             points.append(np.asarray(opt.ask(), dtype=float))
         return points
 
+    def _log_evidence(self, inputs: tuple[int, ...]) -> float:
+        # scikit-learn's fitted log marginal likelihood; a subset's GP is cooked as the model's
+        if len(inputs) == self.dim:
+            return float(self._model().models[-1].log_marginal_likelihood_value_)
+        dims = [Real(0.0, 1.0) for _ in inputs]
+        gp = cook_estimator("GP", space=dims, random_state=stream_seed(self.seed, 6, len(self._y), 0),
+                            noise="gaussian")
+        gp.fit(np.array(self._x)[:, list(inputs)], np.array(self._y))
+        return float(gp.log_marginal_likelihood_value_)
+
     def _latent(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # skopt's GP zeroes its fitted white noise after the fit: the std is the latent f's
         opt = self._model()

@@ -28,7 +28,8 @@ held-out scheme's runs at that emulator (`held_out`).  Two things are common to 
 that a point is the same point for every fold: the space and the warm start, derived from every
 scheme (the bounds are physical and contain the path whatever the schemes), and the history:
 points another fold proposed were chosen with the held-out scheme in its objective.  The paper's
-folds were independent; sharing trades that for G−1 times fewer runs (G schemes).
+folds were independent; sharing trades that for G−1 times fewer runs (G schemes).  A fold's
+reported ranges read the per-packet logs of its fitted schemes only.
 
 A fold whose held-out scheme produced no valid run at its emulator says so ("failed", with the
 reasons) and is left out of the mean and median rather than counted as 0 (or as the penalty).

@@ -332,7 +332,10 @@ class Study:
                                               study={**record.study, **tags}).to_json())
         self.directory.append(record)
         self.records.append(record)
-        search.ranges = ranges_of(search.optimizer, search.space, self.directory.target.evidence)
+        evidence = self.directory.target.evidence
+        if evidence is not None:  # only what the search fits: a fold never reads its held-out scheme
+            evidence = evidence.of_schemes(search.problem.schemes)
+        search.ranges = ranges_of(search.optimizer, search.space, evidence)
         self._latest.append({"link": search.name, "n": len(self.records), "f": record.f,
                              "noise": record.noise, "emulator": record.emulator})
 
