@@ -31,7 +31,7 @@ LOSSY = {**HIDDEN, "loss": 0.01}
 LOSSY_MM = HIDDEN_MM.replace("mm-delay 30 ", "mm-delay 30 mm-loss uplink 0.01 ")
 SCHEMES = "cubic,udp-vegas,udp-saturator"
 RUNTIME = "6"
-BUDGET = 12  # evaluations of the lossless search: the warm start, the design, the GP's first steps
+BUDGET = 8  # evaluations of the lossless search: the warm start, the design, the GP's first steps
 CALIBRATE = [sys.executable, "-m", "calibrate"]
 
 
@@ -71,7 +71,7 @@ def _measure(tmp_path_factory, emulator: str) -> Path:
     """Three runs of each scheme over a hidden emulator, in Pantheon's data-dir layout."""
     data_dir = tmp_path_factory.mktemp("synthetic") / "data"
     _calibrate("emulate", "--emulator", emulator, "--schemes", SCHEMES, "--runtime", RUNTIME,
-               "--replicates", "3", "--parallel", "2", "--out", str(data_dir))
+               "--replicates", "3", "--parallel", "4", "--out", str(data_dir))
     return data_dir
 
 

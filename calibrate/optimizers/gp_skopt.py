@@ -100,7 +100,9 @@ class SkoptGP(Optimizer):
         dims = [Real(0.0, 1.0) for _ in inputs]
         gp = cook_estimator("GP", space=dims, random_state=stream_seed(self.seed, 6, len(self._y), 0),
                             noise="gaussian")
-        gp.fit(np.array(self._x)[:, list(inputs)], np.array(self._y))
+        with warnings.catch_warnings():  # hyperparameters at their bounds, as skopt's own fits hide
+            warnings.simplefilter("ignore")
+            gp.fit(np.array(self._x)[:, list(inputs)], np.array(self._y))
         return float(gp.log_marginal_likelihood_value_)
 
     def _latent(self, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
