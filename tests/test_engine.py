@@ -89,8 +89,10 @@ def test_acks_reach_the_sender_spread_over_the_millisecond_as_in_mahimahi(tmp_pa
         t = parse_datalink_log(logs.acklink).departure_ts
         phase = (t[t > t[0] + 2000] % 1.0)
         spread[timing] = float(np.percentile(phase, 90) - np.percentile(phase, 10))
+    # p10–p90 of the phase: 0.8 ms for ACKs spread evenly; measured 0.48–0.8 over 6 s runs with
+    # Mahimahi's timing (a CI run saw 0.48), 0.01 with the ideal clock
     assert spread["ideal"] < 0.15, spread
-    assert spread["mahimahi"] > 0.5, spread
+    assert spread["mahimahi"] > 0.3, spread
 
 
 def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
