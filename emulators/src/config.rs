@@ -331,13 +331,28 @@ fn default_shell() -> String {
 mod tests {
     use super::*;
 
-    fn trace_file(content: &str) -> String {
+    /// A trace file in the system's temporary directory, removed when the test drops it.
+    struct TraceFile(String);
+
+    impl Drop for TraceFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for TraceFile {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.0
+        }
+    }
+
+    fn trace_file(content: &str) -> TraceFile {
         static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!("calibrate-config-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("t{}", COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)));
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("calibrate-config-test-{}-{n}", std::process::id()));
         std::fs::write(&path, content).unwrap();
-        path.display().to_string()
+        TraceFile(path.display().to_string())
     }
 
     fn args(text: &[&str]) -> Vec<String> {

@@ -417,14 +417,16 @@ mod tests {
     use super::*;
 
     fn config(args: &[&str]) -> Config {
-        let dir = std::env::temp_dir().join(format!("calibrate-mm-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let trace = dir.join("t");
+        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let trace = std::env::temp_dir().join(format!("calibrate-mm-test-{}-{n}", std::process::id()));
         std::fs::write(&trace, "1\n").unwrap();
         let t = trace.display().to_string();
         let mut all: Vec<String> = vec![t.clone(), t];
         all.extend(args.iter().map(|s| s.to_string()));
-        match crate::config::parse(&all).unwrap() {
+        let parsed = crate::config::parse(&all); // reads the trace: the file is done with
+        let _ = std::fs::remove_file(&trace);
+        match parsed.unwrap() {
             crate::config::Parsed::Run(c) => *c,
             _ => panic!(),
         }
