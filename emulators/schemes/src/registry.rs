@@ -200,7 +200,7 @@ fn kernel_description(cc: &str) -> String {
         Some(e) => e.description.clone(),
         None => format!(
             "Linux kernel TCP with congestion control {cc} (TCP_CONGESTION per socket), \
-             full-throttle sender, discarding receiver, 64 MiB socket buffers"
+             full-throttle sender, discarding receiver, the kernel's socket buffers (as iperf 2)"
         ),
     }
 }
