@@ -360,8 +360,6 @@ def rescored_f(calibration: Calibration, evaluator: Any, params: Mapping[str, fl
 
 
 def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> list[dict[str, Any]]:
-    from dataclasses import replace
-
     from calibrate.evaluation import Evaluator, RaySettings
     from calibrate.targets.load import load_target
 
@@ -376,7 +374,7 @@ def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> lis
             truth = truths[name]
             target = load_target(str(MAHIMAHI_TARGETS / name))
             if args.no_evidence:
-                target = replace(target, evidence=None)
+                target = dataclasses.replace(target, evidence=None)
             for optimizer in optimizers:
                 config = RunConfig(target=str(MAHIMAHI_TARGETS / name), budget=args.budget, optimizer=optimizer,
                                    runtime_s=target.workload.runtime_s, replicates=args.replicates, seed=0,

@@ -328,11 +328,11 @@ fn default_shell() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A trace file in the system's temporary directory, removed when the test drops it.
-    struct TraceFile(String);
+    pub(crate) struct TraceFile(String);
 
     impl Drop for TraceFile {
         fn drop(&mut self) {
@@ -347,7 +347,7 @@ mod tests {
         }
     }
 
-    fn trace_file(content: &str) -> TraceFile {
+    pub(crate) fn trace_file(content: &str) -> TraceFile {
         static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = std::env::temp_dir().join(format!("calibrate-config-test-{}-{n}", std::process::id()));

@@ -417,15 +417,11 @@ mod tests {
     use super::*;
 
     fn config(args: &[&str]) -> Config {
-        static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let trace = std::env::temp_dir().join(format!("calibrate-mm-test-{}-{n}", std::process::id()));
-        std::fs::write(&trace, "1\n").unwrap();
-        let t = trace.display().to_string();
+        let trace = crate::config::tests::trace_file("1\n");
+        let t = trace.to_string();
         let mut all: Vec<String> = vec![t.clone(), t];
         all.extend(args.iter().map(|s| s.to_string()));
-        let parsed = crate::config::parse(&all); // reads the trace: the file is done with
-        let _ = std::fs::remove_file(&trace);
+        let parsed = crate::config::parse(&all);
         match parsed.unwrap() {
             crate::config::Parsed::Run(c) => *c,
             _ => panic!(),
