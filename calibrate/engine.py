@@ -75,11 +75,14 @@ class Backend:
     real Mahimahi shells (``mahimahi``: ``mm-delay``/``mm-loss``/``mm-link`` on PATH, setuid
     root, run as the unprivileged ``mahimahi_user``), with the same endpoints, logs and
     metrics either way. ``timing`` is the engine's timing model (``ideal`` keeps every stage
-    on one exact millisecond clock, unlike Mahimahi)."""
+    on one exact millisecond clock, unlike Mahimahi). ``realtime_priority`` is the SCHED_FIFO
+    priority of the engine's event loop, and of Mahimahi's shells under that backend (``None``:
+    calibrate-link's default, 10; 0: normal scheduling, as Mahimahi run by hand)."""
 
     name: str = "engine"
     mahimahi_user: str | None = None
     timing: str = "mahimahi"
+    realtime_priority: int | None = None
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -88,14 +91,17 @@ class Backend:
             raise InputError(f"timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
         if self.mahimahi_user is not None and self.name != "mahimahi":
             raise InputError("--mahimahi-user goes with --backend mahimahi")
+        if self.realtime_priority is not None and not 0 <= self.realtime_priority <= 99:
+            raise InputError(f"the real-time priority must be from 0 to 99, got {self.realtime_priority}")
         if self.name == "mahimahi" and not self.mahimahi_user:
             raise InputError("--backend mahimahi needs --mahimahi-user NAME: Mahimahi's shells "
                              "refuse to run as root (create one with `useradd -m mahimahi`)")
 
     def arguments(self) -> list[str]:
+        scheduling = [] if self.realtime_priority is None else ["--realtime-priority", str(self.realtime_priority)]
         if self.name == "mahimahi":
-            return ["--backend", "mahimahi", "--mahimahi-user", str(self.mahimahi_user)]
-        return ["--timing", self.timing] if self.timing != "mahimahi" else []
+            return ["--backend", "mahimahi", "--mahimahi-user", str(self.mahimahi_user)] + scheduling
+        return (["--timing", self.timing] if self.timing != "mahimahi" else []) + scheduling
 
     def describe(self) -> str:
         if self.name == "mahimahi":
@@ -103,12 +109,15 @@ class Backend:
         return "calibrate-link" + ("" if self.timing == "mahimahi" else f" ({self.timing} timing)")
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "mahimahi_user": self.mahimahi_user, "timing": self.timing}
+        return {"name": self.name, "mahimahi_user": self.mahimahi_user, "timing": self.timing,
+                "realtime_priority": self.realtime_priority}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Backend:
         data = data or {}
-        return cls(str(data.get("name", "engine")), data.get("mahimahi_user"), str(data.get("timing", "mahimahi")))
+        priority = data.get("realtime_priority")
+        return cls(str(data.get("name", "engine")), data.get("mahimahi_user"), str(data.get("timing", "mahimahi")),
+                   None if priority is None else int(priority))
 
 
 @dataclass(frozen=True)

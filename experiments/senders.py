@@ -16,10 +16,12 @@ runs. The same setting is run with several endpoint programs through real Mahima
   does nothing special.
 
 Printed per system and program: delivered packets per second (from mm-link's uplink log, over
-the run's busy seconds) as a share of the link, packets dropped, and data segments
-per ACK (from the Pantheon logs). Run alone, as root:
+the run's busy seconds) as a share of the link, packets dropped, data segments per ACK (from the
+Pantheon logs), and on-off gaps: how often per 10 s no packet of the flow reached the link for
+3 ms or more (a window sent in one burst instead of clocked out by ACKs). Run alone, as root:
 
     .venv/bin/python experiments/senders.py --mahimahi-user mahimahi [--replicates 4] [--runtime 12]
+        [--realtime-priority 0]    # both emulators under normal scheduling, as Mahimahi is run by hand
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from calibrate import engine
@@ -45,6 +48,7 @@ OUT = Path(__file__).resolve().parent / "out"
 PORT = 5201
 PACKET_BYTES = 1504  # an MTU-sized packet as mm-link counts it
 START_S = 1.0
+GAP_MS = 3  # an on-off gap: this many whole milliseconds or more without a packet reaching the link
 
 PY_SENDER = ("import socket,sys,time\n"
              "buf=bytes((i*151+7)&255 for i in range(131072))\n"
@@ -101,7 +105,16 @@ def measure(emulator: EmulatorConfig, commands: tuple[str, str], backend: Backen
     span_s = max((departures.max() - departures.min()) / 1000, 1e-3)
     full = (data.departure_bytes >= 1000).sum()
     return {"pkts/s": departures.size / span_s, "dropped": int(link.size[drops].sum()),
-            "segments/ACK": full / max(acks.departure_ts.size, 1)}
+            "segments/ACK": full / max(acks.departure_ts.size, 1),
+            "gaps/10 s": 10 * on_off_gaps(link.time_ms[(link.kind == "+") & (link.size >= 1000)]) / span_s}
+
+
+def on_off_gaps(arrivals_ms: np.ndarray, at_least_ms: int = GAP_MS) -> int:
+    """How often the sender's packets stopped reaching the link for `at_least_ms` whole
+    milliseconds or more: a flow sent in on-off bursts (a window at a time) instead of clocked
+    out by its ACKs."""
+    ms = np.unique(arrivals_ms.astype(np.int64))
+    return int(np.sum(np.diff(ms) > at_least_ms))
 
 
 def main() -> int:
@@ -113,6 +126,9 @@ def main() -> int:
     parser.add_argument("--programs", default="iperf3,iperf2,calibrate-scheme,python", metavar="A,B")
     parser.add_argument("--runtime", type=float, default=12.0, help="seconds per flow (default: %(default)s)")
     parser.add_argument("--replicates", type=int, default=4, help="runs per system and program (default: %(default)s)")
+    parser.add_argument("--realtime-priority", type=int, metavar="N",
+                        help="SCHED_FIFO priority of the engine and of Mahimahi's shells (default: calibrate-link's, "
+                             "10); 0 runs both under normal scheduling, as Mahimahi is run by hand")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
@@ -127,9 +143,10 @@ def main() -> int:
     missing = [NEEDS[p] for p in wanted if p in NEEDS and shutil.which(NEEDS[p]) is None]
     if missing:
         raise SystemExit(f"install {' and '.join(missing)} first (apt-get install {' '.join(missing)})")
-    systems = [("engine", Backend("engine"))]
+    priority = args.realtime_priority
+    systems = [("engine", Backend("engine", realtime_priority=priority))]
     if shutil.which("mm-link") and args.mahimahi_user:
-        systems.insert(0, ("mahimahi", Backend("mahimahi", args.mahimahi_user)))
+        systems.insert(0, ("mahimahi", Backend("mahimahi", args.mahimahi_user, realtime_priority=priority)))
     else:
         print("real Mahimahi not run: it needs mm-link on PATH and --mahimahi-user", file=sys.stderr)
 
@@ -147,7 +164,7 @@ def main() -> int:
     runs["% of link"] = 100 * runs["pkts/s"] / link_pkts_s
     summary = runs.groupby(["program", "system"], sort=False).agg(
         runs=("replicate", "count"), link_pct=("% of link", "mean"), link_pct_sd=("% of link", "std"),
-        dropped=("dropped", "mean"), seg_per_ack=("segments/ACK", "mean"))
+        dropped=("dropped", "mean"), seg_per_ack=("segments/ACK", "mean"), gaps_per_10s=("gaps/10 s", "mean"))
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs.to_csv(args.out / f"senders-{stamp}.csv", index=False)

@@ -155,7 +155,9 @@ def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
 
 def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
     rows = select_rows(args.rows)
-    systems = [(name, Backend("mahimahi", args.mahimahi_user) if timing is None else Backend("engine", timing=timing))
+    priority = args.realtime_priority
+    systems = [(name, Backend("mahimahi", args.mahimahi_user, realtime_priority=priority) if timing is None
+                else Backend("engine", timing=timing, realtime_priority=priority))
                for name, timing in SYSTEMS.items() if name in args.systems]
     records: list[dict[str, object]] = []
     total = sum(len(filter_schemes(r, args.schemes)) for r in rows) * args.replicates * len(systems)
@@ -284,6 +286,9 @@ def main() -> int:
                              "the fix) (default: %(default)s)")
     parser.add_argument("--timing", choices=engine.TIMINGS, default="mahimahi",
                         help="--reference only: the engine's timing model")
+    parser.add_argument("--realtime-priority", type=int, metavar="N",
+                        help="SCHED_FIFO priority of the engine and of Mahimahi's shells (default: calibrate-link's, "
+                             "10); 0 runs both under normal scheduling, as Mahimahi is run by hand")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--report", type=Path, metavar="RUNS_CSV",

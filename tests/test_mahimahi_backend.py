@@ -42,6 +42,11 @@ def test_a_mahimahi_backend_needs_an_unprivileged_user_and_says_so():
     assert Backend().arguments() == []
     assert Backend(timing="ideal").arguments() == ["--timing", "ideal"]
     assert Backend.from_json(Backend("mahimahi", "mm").to_json()) == Backend("mahimahi", "mm")
+    normal = Backend("mahimahi", "mm", realtime_priority=0)
+    assert normal.arguments()[-2:] == ["--realtime-priority", "0"]
+    assert Backend.from_json(normal.to_json()) == normal
+    with pytest.raises(InputError, match="from 0 to 99, got 100"):
+        Backend(realtime_priority=100)
 
 
 def test_the_engine_command_line_carries_the_backend(tmp_path):
@@ -118,6 +123,28 @@ def test_a_kernel_flow_through_real_mahimahi_is_measured_like_the_engines(tmp_pa
     assert acks.departed_packets > 1000 and 20 < acks.delay_ms < 25  # delay + one ACK slot
     assert _leftovers() == before
     assert {p.name for p in Path("/tmp").glob("calibrate-mahimahi-*")} == temp_before
+
+
+@pytest.mark.needs_root
+@needs_mahimahi
+@pytest.mark.parametrize("priority", [None, 0])
+def test_the_shells_are_scheduled_as_the_engine_is(tmp_path, priority):
+    """Mahimahi's shells run real-time as the engine does (SCHED_FIFO, "FF", one priority above
+    its taps), or under normal scheduling ("TS") with priority 0; the endpoints keep normal
+    scheduling either way."""
+    pwd.getpwnam(USER)
+    seen = tmp_path / "scheduling.txt"
+    config = EmulatorConfig(rate_mbps=12, delay_ms=5, queue=Queue.droptail(100))
+    probe = (f"sleep 0.5; ps -o cls=,rtprio=,comm= -C mm-link,mm-delay > {seen}; "
+             f"ps -o cls=,rtprio=,comm= -p $$ >> {seen}")
+    engine.run(config, [Endpoint("sender", probe)], workdir=tmp_path, stop_after=3,
+               backend=Backend("mahimahi", USER, realtime_priority=priority))
+    rows = [line.split() for line in seen.read_text().splitlines()]
+    shells = [(cls, rtprio) for cls, rtprio, comm in rows if comm.startswith("mm-")]
+    endpoint = [cls for cls, _, comm in rows if not comm.startswith("mm-")]
+    expected = ("FF", "11") if priority is None else ("TS", "-")  # calibrate-link's default is 10
+    assert len(shells) >= 4 and set(shells) == {expected}, rows  # each shell's processes, both directions
+    assert endpoint == ["TS"], rows
 
 
 @pytest.mark.needs_root

@@ -45,7 +45,8 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
   --stop-after SECONDS         stop everything after this long
   --grace SECONDS              time endpoints get to exit after SIGTERM (default 2)
   --summary FILE               write a JSON summary (counters, endpoint exits) at the end
-  --realtime-priority N        SCHED_FIFO priority of the event loop, 0 for normal scheduling
+  --realtime-priority N        SCHED_FIFO priority of the event loop (and, with --backend
+                               mahimahi, of Mahimahi's shells), 0 for normal scheduling
                                (default 10; skipped when not permitted)
   -- COMMAND [ARGS...]         run COMMAND interactively in the sender namespace (shell mode);
                                with no endpoints and no command, runs $SHELL
@@ -97,7 +98,7 @@ pub struct Config {
     pub stop_after: Option<f64>,
     pub grace: f64,
     pub summary: Option<PathBuf>,
-    /// SCHED_FIFO priority of the event loop (0: normal scheduling).
+    /// SCHED_FIFO priority of the event loop and of the Mahimahi backend's shells (0: normal scheduling).
     pub realtime_priority: i32,
     /// The full command line, for the Mahimahi log header.
     pub command_line: Vec<String>,
