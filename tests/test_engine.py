@@ -57,10 +57,18 @@ def test_ping_rtt_is_mahimahis(tmp_path):
     """Real Mahimahi (`mm-delay 20 mm-link` of a 12 Mbit/s trace) measured 42.6–43.1 ms on this
     kind of host, and 42.39–43.08 ms, mean 42.52, beside this engine: 2 × 20 ms, a link
     slot each way counted from the phase at which each shell's process last woke, and that
-    process's timer lateness and hop — not the 42 − f of a single exact clock."""
+    process's timer lateness and hop — not the 42 − f of a single exact clock.
+
+    No ping can come back sooner than the 42 ms the link owes it. Later is the host's doing as
+    much as the engine's (ping is an ordinary process and stamps its request before it sends it):
+    a busy or virtualised host can hold one ping back, so the bound above is for nearly all of
+    them, and the centre is the median."""
     rtts, _ = pings(tmp_path, Backend())
-    assert all(42.0 <= rtt <= 44.0 for rtt in rtts.values()), rtts
-    assert 42.2 <= sum(rtts.values()) / len(rtts) <= 43.2, rtts
+    early = {i: rtt for i, rtt in rtts.items() if rtt < 42.0}
+    late = {i: rtt for i, rtt in rtts.items() if rtt > 44.0}
+    assert not early, f"pings back before the link's 42 ms: {early}"
+    assert len(late) <= 3, f"pings later than 44 ms: {late}"
+    assert 42.2 <= float(np.median(list(rtts.values()))) <= 43.2, rtts
 
 
 def test_ping_rtt_with_ideal_timing_is_twice_the_delay_plus_the_link_slots(tmp_path):
