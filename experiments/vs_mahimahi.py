@@ -5,11 +5,18 @@ https://github.com/ravinet/mahimahi, see experiments/README.md), every row of th
 the same Pantheon-style runs (our scheme endpoints, `calibrate.scripted.run_scheme`) through
 real Mahimahi (`--backend mahimahi`) and through the engine, alternating, `--replicates` times
 each, and prints per setting and scheme: throughput, mean and p95 one-way delay and loss under
-both, Mahimahi's own run-to-run spread, the deltas, a Mann-Whitney test of whether the two
-systems' p95s could come from one distribution ("p same p95"), and whether the row passes:
+both, Mahimahi's own run-to-run spread, the deltas, Mann-Whitney tests of whether the two
+systems' throughputs and p95s could come from one distribution ("p same tput", "p same p95"),
+and whether the row passes:
 
     |Δ throughput| ≤ 2 %   and   |Δ p95| ≤ 3 ms,   or either Δ within Mahimahi's own spread
     (the standard deviation of its replicates).
+
+Losses are random in both emulators: Mahimahi's mm-loss seeds itself afresh each run, and the
+engine's run N draws from loss seed `--seed`·1000 + N. `--seed` is a fresh one per invocation
+unless given (printed, and recorded per run as `loss_seed`), so that runs pooled from several
+invocations (`--report A.csv,B.csv`) are independent draws; an engine run that repeats another's
+(row, scheme, loss seed) draws the very same losses, and `--report` counts it once.
 
 Without Mahimahi it compares against the reference table measured on a real Mahimahi build
 (../shared/data/mahimahi-reference/iperf3-10s.csv, read from there): the same 10 s iperf3 flows
@@ -104,18 +111,29 @@ def measure(row: Row, scheme_name: str, backend: Backend, replicate: int, runtim
     data_dir = Path(tempfile.mkdtemp(dir=scratch))
     try:
         outcome = run_scheme(row.emulator(seed), scheme, replicate, workload, data_dir, backend=backend)
+        # Mahimahi's mm-loss ignores the seed (it seeds itself afresh every run)
+        loss_seed = outcome.loss_seed if backend.name == "engine" else None
         if not outcome.valid or outcome.stats is None:
-            return {"valid": False, "reason": outcome.validity.reason or outcome.failure}
+            return {"valid": False, "reason": outcome.validity.reason or outcome.failure, "loss_seed": loss_seed}
         delays = one_way_delays(outcome.paths.datalink)
         m = outcome.stats.total
         return {"valid": True, "tput": m.tput_mbps, "p95": m.delay_ms, "mean": float(np.mean(delays)),
-                "loss": (m.loss or 0.0) * 100}
+                "loss": (m.loss or 0.0) * 100, "loss_seed": loss_seed}
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
 #: What runs the flows: real Mahimahi, or the engine with either timing model.
 SYSTEMS = {"mahimahi": None, "engine": "mahimahi", "ideal": "ideal"}
+
+
+def p_same(group: pd.DataFrame, system: str, metric: str) -> float:
+    """Mann-Whitney: whether Mahimahi's and `system`'s runs of one row and scheme could come from
+    one distribution of `metric` (nan with fewer than 3 runs a side, or all values equal). A
+    random process such as cubic under random loss lands far apart run to run in either emulator."""
+    mine = group[group["system"] == "mahimahi"][metric], group[group["system"] == system][metric]
+    return (mannwhitneyu(*mine).pvalue if min(len(mine[0]), len(mine[1])) >= 3
+            and mine[0].nunique() + mine[1].nunique() > 2 else float("nan"))
 
 
 def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
@@ -134,20 +152,15 @@ def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
         spread_p95 = float(np.nan_to_num(mm[("p95", "std")]))
         tput_ok = abs(d_tput) <= max(TPUT_TOLERANCE, spread_tput)
         p95_ok = abs(d_p95) <= max(P95_TOLERANCE_MS, spread_p95)
-        # whether the two systems' p95s could come from one distribution (a random process such
-        # as cubic under random loss lands far apart run to run in either emulator)
-        mine = group[group["system"] == "mahimahi"]["p95"], group[group["system"] == system]["p95"]
-        same = (mannwhitneyu(*mine).pvalue if min(len(mine[0]), len(mine[1])) >= 3
-                and mine[0].nunique() + mine[1].nunique() > 2 else float("nan"))
         out.append({
             "setting": row, "scheme": scheme, "n": int(min(mm[("tput", "count")], en[("tput", "count")])),
             "mm tput": mm[("tput", "mean")], "eng tput": en[("tput", "mean")], "Δtput %": 100 * d_tput,
-            "mm sd tput %": 100 * spread_tput,
+            "mm sd tput %": 100 * spread_tput, "p same tput": p_same(group, system, "tput"),
             "mm mean": mm[("mean", "mean")], "eng mean": en[("mean", "mean")],
             "mm p95": mm[("p95", "mean")], "eng p95": en[("p95", "mean")], "Δp95": d_p95,
             "mm sd p95": spread_p95,
             "mm loss %": mm[("loss", "mean")], "eng loss %": en[("loss", "mean")],
-            "p same p95": same,
+            "p same p95": p_same(group, system, "p95"),
             "pass": "yes" if tput_ok and p95_ok else "NO",
         })
     return pd.DataFrame(out)
@@ -181,7 +194,7 @@ def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
                               f"{row.name} {scheme} {system} #{replicate}: {shown}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return pd.DataFrame(records)
+    return pd.DataFrame(records).astype({"loss_seed": "Int64"})
 
 
 def select_rows(spec: str | None) -> list[Row]:
@@ -205,13 +218,13 @@ def filter_schemes(row: Row, spec: str | None) -> list[str]:
 # Without Mahimahi: the reference table
 
 
-def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, replicate: int,
+def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, seed: int, replicate: int,
                   backend: Backend) -> dict[str, float]:
     """The reference's iperf3 flow through the engine, its metrics from the uplink log as the
     table computed Mahimahi's: IP bytes of departures over first to last departure; p95 (linear)
     and mean of link delay + D."""
     emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue),
-                              uplink_loss=loss, loss_seed=replicate)
+                              uplink_loss=loss, trace_seed=seed).for_run(replicate)
     with tempfile.TemporaryDirectory(prefix="calibrate-vs-reference-") as work:
         log = Path(work) / "uplink.log"
         endpoints = [Endpoint("receiver", "exec iperf3 -s -p 5201"),
@@ -233,8 +246,8 @@ def run_reference(args: argparse.Namespace) -> pd.DataFrame:
     backend = Backend("engine", timing=args.timing)
     out = []
     for i, r in table.iterrows():
-        runs = [reference_run(r.rate, int(r.delay), int(r.queue), float(r.loss), r.cc, k + 1, backend)
-                for k in range(args.replicates)]
+        runs = [reference_run(r.rate, int(r.delay), int(r.queue), float(r.loss), r.cc, args.seed, k + 1,
+                              backend) for k in range(args.replicates)]
         p95 = np.array([x["p95"] for x in runs])
         mean = np.array([x["mean"] for x in runs])
         tput = np.array([x["tput"] for x in runs])
@@ -289,7 +302,9 @@ def main() -> int:
     parser.add_argument("--realtime-priority", type=int, metavar="N",
                         help="SCHED_FIFO priority of the engine and of Mahimahi's shells (default: calibrate-link's, "
                              "10); 0 runs both under normal scheduling, as Mahimahi is run by hand")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int,
+                        help="the engine's run N draws its losses from seed·1000 + N (and Poisson traces "
+                             "come from seed) (default: a fresh one per invocation, printed)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--report", type=Path, metavar="RUNS_CSV",
                         help="print the tables of an earlier run's vs_mahimahi_runs_*.csv (several: comma-separated)")
@@ -299,11 +314,15 @@ def main() -> int:
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
     if args.report:
-        runs = pd.concat([pd.read_csv(p) for p in str(args.report).split(",")], ignore_index=True)
+        runs = independent_runs(pd.concat([pd.read_csv(p) for p in str(args.report).split(",")],
+                                          ignore_index=True))
         args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
         args.replicates = int(runs["replicate"].max())
         report(runs, args, stamp)
         return 0
+    if args.seed is None:
+        args.seed = int(time.time()) % 1_000_000
+    print(f"seed {args.seed} (the engine's losses; again with --seed {args.seed})", file=sys.stderr)
     if args.reference or shutil.which("mm-link") is None:
         if not args.reference:
             print("mm-link is not on PATH: comparing with the reference table instead", file=sys.stderr)
@@ -321,6 +340,21 @@ def main() -> int:
     runs.to_csv(args.out / f"vs_mahimahi_runs_{stamp}.csv", index=False)
     report(runs, args, stamp)
     return 0
+
+
+def independent_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs pooled from several invocations, each engine draw of losses once: a run that repeats
+    another's (row, scheme, system, loss seed) saw the very same losses. Files written before runs
+    recorded their seed came from the old default, --seed 0, whose run N drew seed N."""
+    if "loss_seed" not in runs:
+        runs["loss_seed"] = np.nan
+    engine_runs = runs["system"] != "mahimahi"
+    runs.loc[engine_runs & runs["loss_seed"].isna(), "loss_seed"] = runs["replicate"]
+    repeated = engine_runs & runs.duplicated(["row", "scheme", "system", "loss_seed"])
+    if repeated.any():
+        print(f"{int(repeated.sum())} engine runs repeat another's loss seed (the same losses): "
+              "each counted once", file=sys.stderr)
+    return runs[~repeated]
 
 
 def report(runs: pd.DataFrame, args: argparse.Namespace, stamp: str) -> None:
