@@ -262,6 +262,8 @@ def run_reference(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
+    """Per row: the engine's throughput against Mahimahi's (Δ %, with Mahimahi's own run-to-run
+    sd and the ±2 % tolerance), and both p95s (Mahimahi's ± its sd)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,16 +271,23 @@ def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
 
     labels = [f"{s} {c}" for s, c in zip(summary["setting"], summary["scheme"], strict=True)]
     y = np.arange(len(labels))
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(labels) + 1.5))
-    ax.errorbar(summary["mm p95"], y, xerr=summary["mm sd p95"], fmt="o", label="real Mahimahi (± run-to-run sd)")
-    ax.plot(summary["eng p95"], y, "x", color="C3", label="calibrate-link")
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("p95 one-way delay (ms)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 - 1.2 / (0.32 * len(labels) + 1.5)), ncol=2, fontsize=8)
-    fig.tight_layout()
+    fig, (tput, p95) = plt.subplots(1, 2, figsize=(11, 0.3 * len(labels) + 2.0), sharey=True,
+                                    gridspec_kw={"width_ratios": [1, 1.4]})
+    tput.axvspan(-100 * TPUT_TOLERANCE, 100 * TPUT_TOLERANCE, color="0.9", label="±2 % tolerance")
+    tput.errorbar(np.zeros(len(y)), y, xerr=summary["mm sd tput %"], fmt="o", color="C0",
+                  label="real Mahimahi (± run-to-run sd)")
+    tput.plot(summary["Δtput %"], y, "x", color="C3", label="calibrate-link")
+    tput.set_xlabel("throughput: engine − Mahimahi (%)")
+    tput.set_yticks(y, labels, fontsize=7)
+    tput.invert_yaxis()
+    low = np.minimum(summary["mm sd p95"], summary["mm p95"] * 0.9)  # a log axis cannot go below 0
+    p95.errorbar(summary["mm p95"], y, xerr=(low, summary["mm sd p95"]), fmt="o", color="C0")
+    p95.plot(summary["eng p95"], y, "x", color="C3")
+    p95.set_xscale("log")
+    p95.set_xlabel("p95 one-way delay (ms)")
+    fig.suptitle(title, fontsize=9)
+    fig.legend(loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.4 / (0.3 * len(labels) + 2.0), 1, 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
@@ -368,7 +377,7 @@ def report(runs: pd.DataFrame, args: argparse.Namespace, stamp: str) -> None:
         if len(summary):
             summary.to_csv(args.out / f"vs_mahimahi_{system}_{stamp}.csv", index=False)
             figure = args.out / f"vs_mahimahi_{system}_{stamp}.png"
-            plot(summary, figure, f"p95 one-way delay: {what} vs real Mahimahi")
+            plot(summary, figure, f"{what} vs real Mahimahi")
             print(f"plot: {figure}")
 
 
