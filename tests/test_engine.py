@@ -24,6 +24,11 @@ pytestmark = pytest.mark.needs_root
 
 PATH_12 = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100))
 
+# A single cubic flow at 12 Mbit/s, 20 ms and 100 packets keeps the DropTail queue nearly full: about
+# 100 ms of queueing plus 21 ms of path. Measured 118.6–118.8 ms on 10 s runs here; a CI run once had
+# 109.0 (a deeper window cut), so the band, not another run's figure, is the reference.
+CUBIC_12_DELAY_MS = (100, 125)
+
 
 def tcp_run(workdir: Path, config: EmulatorConfig = PATH_12, seconds: float = 10, cc: str = "cubic"):
     logs = Logs(datalink=workdir / "datalink.log", acklink=workdir / "acklink.log")
@@ -107,8 +112,8 @@ def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
     result, stats = solo_cubic
     assert result.summary["stop_reason"] == "deadline"
     assert stats.total.tput_mbps >= 11.3
-    # Cubic keeps the 100-packet DropTail queue full: ~100 ms of queueing plus 21 ms of path.
-    assert 100 <= stats.total.delay_ms <= 125
+    low, high = CUBIC_12_DELAY_MS
+    assert low <= stats.total.delay_ms <= high, stats.total
     assert result.summary["uplink"]["queue_dropped_packets"] > 0
     assert list(stats.flows) == [1]
 
@@ -126,6 +131,8 @@ def test_a_source_that_connects_before_its_sink_listens_is_one_flow(tmp_path):
 
 
 def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
+    """Two engines at once, each in its own namespaces and TUN devices, each see their own flow only
+    and give it the link and the queue a lone engine gives it."""
     results = {}
 
     def one(name):
@@ -138,9 +145,11 @@ def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
     for t in threads:
         t.join()
     solo = solo_cubic[1].total
-    for stats in results.values():
-        assert abs(stats.total.tput_mbps - solo.tput_mbps) / solo.tput_mbps < 0.03
-        assert abs(stats.total.delay_ms - solo.delay_ms) / solo.delay_ms < 0.05
+    low, high = CUBIC_12_DELAY_MS
+    for name, stats in results.items():
+        assert list(stats.flows) == [1], (name, stats.flows)
+        assert abs(stats.total.tput_mbps - solo.tput_mbps) / solo.tput_mbps < 0.03, (name, stats.total, solo)
+        assert low <= stats.total.delay_ms <= high, (name, stats.total)
 
 
 def udp_loss_run(workdir: Path, seed: int) -> dict:
