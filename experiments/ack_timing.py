@@ -37,19 +37,35 @@ from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Backend, Endpoint, Logs
 from calibrate.metrics import parse_datalink_log
 
-RATE, DELAY, QUEUE = 12.0, 20, 100
-#: BBR counts payload: one 1448-byte segment per 1500-byte opportunity.
-PAYLOAD_MBPS = RATE * 1448 / 1500
+#: BBR counts payload: one 1448-byte segment of each 1500-byte opportunity.
+PAYLOAD_SHARE = 1448 / 1500
 PORT = 50001
 
 
-def one_run(backend: Backend, seconds: float, seed: int) -> dict[str, float]:
-    emulator = EmulatorConfig(rate_mbps=RATE, delay_ms=DELAY, queue=Queue.droptail(QUEUE), loss_seed=seed)
+def ss_samples(text: str) -> pd.DataFrame:
+    """The data connection's `ss -tin` samples: cwnd and packets in flight (segments), RTT and BBR's
+    min-RTT estimate (ms), BBR's bandwidth estimate (Mbit/s) and pacing gain."""
+    rows = []
+    for line in text.splitlines():
+        bbr = re.search(r"bbr:\(bw:(\d+)bps,mrtt:([\d.]+)(?:,pacing_gain:([\d.]+))?", line)
+        cwnd, rtt = re.search(r"\bcwnd:(\d+)", line), re.search(r"\brtt:([\d.]+)/", line)
+        if bbr and cwnd and rtt:
+            unacked = re.search(r"\bunacked:(\d+)", line)
+            rows.append({"bw": int(bbr[1]) / 1e6, "mrtt": float(bbr[2]),
+                         "gain": float(bbr[3]) if bbr[3] else 1.0, "cwnd": int(cwnd[1]),
+                         "inflight": int(unacked[1]) if unacked else 0, "rtt": float(rtt[1])})
+    return pd.DataFrame(rows, columns=["bw", "mrtt", "gain", "cwnd", "inflight", "rtt"])
+
+
+def one_run(backend: Backend, row: tuple[float, int, int], seconds: float, seed: int) -> dict[str, float]:
+    rate, delay, queue = row
+    payload_mbps = rate * PAYLOAD_SHARE
+    emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue), loss_seed=seed)
     tool = shlex.quote(str(binaries.find(binaries.SCHEME)))
     with tempfile.TemporaryDirectory(prefix="calibrate-ack-timing-") as work:
         w = Path(work)
         ss = w / "ss.txt"
-        sender = (f"(while sleep 0.05; do ss -tin dst $EMU_PEER; done > {ss}) & "
+        sender = (f"(while sleep 0.02; do ss -tin dst $EMU_PEER; done > {ss}) & "
                   f"exec {tool} bbr sender $EMU_PEER {PORT}")
         endpoints = [Endpoint("receiver", f"exec {tool} bbr receiver {PORT}"),
                      Endpoint("sender", sender, start_s=1.0)]
@@ -57,17 +73,22 @@ def one_run(backend: Backend, seconds: float, seed: int) -> dict[str, float]:
         engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
         data = parse_datalink_log(logs.datalink)
         acks = parse_datalink_log(logs.acklink)
-        bw = np.array([int(b) for b in re.findall(r"bbr:\(bw:(\d+)bps", ss.read_text())], dtype=float) / 1e6
+        sampled = ss_samples(ss.read_text())
     steady = acks.departure_ts > acks.departure_ts[0] + 3000  # after start-up
     t = acks.departure_ts[steady]
     gaps = np.diff(t)
     gaps = gaps[gaps > 0.2]  # ACK trains of one wake-up are one arrival
     phase = t % 1.0
-    bw = bw[bw > 0.5 * PAYLOAD_MBPS]  # the data connection, past start-up
+    sampled = sampled[sampled.bw > 0.5 * payload_mbps]  # the data connection, past start-up
+    bdp = payload_mbps * 1e6 / 8 / 1448 * 2 * delay / 1e3  # segments over the path's own RTT
     return {"ack gap p5": np.percentile(gaps, 5), "ack gap p50": np.percentile(gaps, 50),
-            "ack gap p95": np.percentile(gaps, 95),
+            "ack gap p95": np.percentile(gaps, 95), "ack gap p99": np.percentile(gaps, 99),
             "ack phase sd": float(np.std(phase)),
-            "bbr bw / link %": 100 * (np.median(bw) / PAYLOAD_MBPS - 1),
+            "bbr bw / link %": 100 * (sampled.bw.median() / payload_mbps - 1),
+            "bbr mrtt": float(sampled.mrtt.median()),
+            "cwnd / BDP": float(sampled.cwnd.median() / bdp),
+            "cwnd-limited %": 100 * float((sampled.inflight >= sampled.cwnd).mean()),
+            "probe-rtts / 10 s": 10 * int(np.sum(np.diff((sampled.cwnd <= 4).astype(int)) == 1)) / seconds,
             "mean delay": float(np.mean(data.departure_delay)),
             "p95 delay": float(np.percentile(data.departure_delay, 95, method="nearest"))}
 
@@ -77,7 +98,14 @@ def main() -> int:
     parser.add_argument("--mahimahi-user", metavar="NAME")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--runtime", type=float, default=20.0)
+    parser.add_argument("--row", default="12/20/100", metavar="RATE/DELAY/QUEUE",
+                        help="the link: Mbit/s, one-way ms and DropTail packets (default 12/20/100)")
     args = parser.parse_args()
+    try:
+        rate, delay, queue = args.row.split("/")
+        row = (float(rate), int(delay), int(queue))
+    except ValueError:
+        parser.error(f"--row {args.row!r}: give RATE/DELAY/QUEUE, e.g. 24/30/150")
     systems = [("engine, ideal timing", Backend(timing="ideal")), ("engine, Mahimahi timing", Backend())]
     if shutil.which("mm-link") and args.mahimahi_user:
         systems.insert(0, ("real Mahimahi", Backend("mahimahi", args.mahimahi_user)))
@@ -86,12 +114,13 @@ def main() -> int:
     rows = []
     for run in range(1, args.runs + 1):
         for name, backend in systems:
-            rows.append({"system": name, "run": run, **one_run(backend, args.runtime, run)})
+            rows.append({"system": name, "run": run, **one_run(backend, row, args.runtime, run)})
             print(f"run {run}: {name} done", file=sys.stderr, flush=True)
     table = pd.DataFrame(rows).groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
     pd.set_option("display.width", 200)
-    print(f"Linux BBR, {RATE:g} Mbit/s, {DELAY} ms, DropTail {QUEUE}; {args.runs} runs of {args.runtime:g} s "
-          f"(ACK gaps in ms, delays one-way in ms)")
+    print(f"Linux BBR, {row[0]:g} Mbit/s, {row[1]} ms, DropTail {row[2]}; {args.runs} runs of {args.runtime:g} s "
+          f"(ACK gaps, BBR's min RTT and delays one-way in ms; from `ss` every 20 ms: cwnd against the "
+          f"path's BDP, the share of samples with the window full, and how often BBR entered ProbeRTT)")
     print(table.to_string(float_format=lambda v: f"{v:.2f}"))
     return 0
 
