@@ -2,7 +2,7 @@
 
 The measurement behind the engine's Mahimahi timing model (`emulators/src/ferry.rs`): one Linux
 BBR flow (our `calibrate-scheme bbr`, kernel TCP) over 12 Mbit/s, 20 ms, a 100-packet DropTail
-queue, through
+queue (`--row` for another), through
 
 - real Mahimahi (`--backend mahimahi`, needs its mm-* shells on PATH and an unprivileged user),
 - the engine with Mahimahi's timing (each shell direction a process with its own ms clock), and
@@ -14,9 +14,16 @@ For each it prints, from the run's own Pantheon logs and `ss -tin` samples of th
 - the sub-millisecond phase at which ACKs arrive (how spread over the ms they are),
 - BBR's bandwidth estimate (`ss`'s bbr:(bw:...)) against the link's payload rate: a max-filtered
   estimate above the link rate makes BBR cwnd-limited, i.e. it keeps a standing queue,
-- the mean and p95 one-way delay of the data.
+- BBR's other cwnd terms: its min-RTT estimate, its cwnd against the path's BDP, how often the
+  window is full and how often it enters ProbeRTT,
+- the mean and p95 one-way delay of the data, and the p95 of what departs after 5 s (past BBR's
+  start-up, whose overfilled queue holds a few % of a 20 s run's packets, near where the p95
+  falls),
+
+and plots each run's one-way delay over time, per system, to experiments/out/.
 
 Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user mahimahi [--runs 3]
+                     [--row 24/30/150]
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +65,9 @@ def ss_samples(text: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["bw", "mrtt", "gain", "cwnd", "inflight", "rtt"])
 
 
-def one_run(backend: Backend, row: tuple[float, int, int], seconds: float, seed: int) -> dict[str, float]:
+def one_run(backend: Backend, row: tuple[float, int, int], seconds: float,
+            seed: int) -> tuple[dict[str, float], pd.Series]:
+    """The run's figures, and its one-way delay over time (mean per 100 ms, indexed by seconds)."""
     rate, delay, queue = row
     payload_mbps = rate * PAYLOAD_SHARE
     emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue), loss_seed=seed)
@@ -75,13 +85,19 @@ def one_run(backend: Backend, row: tuple[float, int, int], seconds: float, seed:
         acks = parse_datalink_log(logs.acklink)
         sampled = ss_samples(ss.read_text())
     steady = acks.departure_ts > acks.departure_ts[0] + 3000  # after start-up
+    # BBR's start-up overfills the queue for a few hundred ms: a few % of a 20 s run's packets, about
+    # where the p95 falls, so the p95 of what departs after 5 s is the steady state's alone
+    after_start_up = data.departure_delay[data.departure_ts > data.departure_ts[0] + 5000]
     t = acks.departure_ts[steady]
     gaps = np.diff(t)
     gaps = gaps[gaps > 0.2]  # ACK trains of one wake-up are one arrival
     phase = t % 1.0
     sampled = sampled[sampled.bw > 0.5 * payload_mbps]  # the data connection, past start-up
     bdp = payload_mbps * 1e6 / 8 / 1448 * 2 * delay / 1e3  # segments over the path's own RTT
-    return {"ack gap p5": np.percentile(gaps, 5), "ack gap p50": np.percentile(gaps, 50),
+    since = (data.departure_ts - data.departure_ts[0]) / 1e3
+    series = pd.Series(data.departure_delay).groupby((since * 10).astype(int)).mean()
+    series.index = series.index / 10
+    figures = {"ack gap p5": np.percentile(gaps, 5), "ack gap p50": np.percentile(gaps, 50),
             "ack gap p95": np.percentile(gaps, 95), "ack gap p99": np.percentile(gaps, 99),
             "ack phase sd": float(np.std(phase)),
             "bbr bw / link %": 100 * (sampled.bw.median() / payload_mbps - 1),
@@ -90,7 +106,32 @@ def one_run(backend: Backend, row: tuple[float, int, int], seconds: float, seed:
             "cwnd-limited %": 100 * float((sampled.inflight >= sampled.cwnd).mean()),
             "probe-rtts / 10 s": 10 * int(np.sum(np.diff((sampled.cwnd <= 4).astype(int)) == 1)) / seconds,
             "mean delay": float(np.mean(data.departure_delay)),
-            "p95 delay": float(np.percentile(data.departure_delay, 95, method="nearest"))}
+            "p95 delay": float(np.percentile(data.departure_delay, 95, method="nearest")),
+            "p95 after 5 s": float(np.percentile(after_start_up, 95, method="nearest"))}
+    return figures, series
+
+
+def plot(series: dict[tuple[str, int], pd.Series], path: Path, title: str) -> None:
+    """One panel per system: each run's one-way delay over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(dict.fromkeys(name for name, _ in series))
+    fig, axes = plt.subplots(len(systems), 1, figsize=(10, 2.2 * len(systems)), sharex=True, sharey=True)
+    for ax, name in zip(np.atleast_1d(axes), systems, strict=True):
+        for (system, run), delays in series.items():
+            if system == name:
+                ax.plot(delays.index, delays.to_numpy(), lw=0.8, label=f"run {run}")
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("one-way delay (ms)")
+        ax.legend(fontsize=7, loc="upper right")
+    np.atleast_1d(axes)[-1].set_xlabel("seconds since the flow's first packet (mean per 100 ms)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main() -> int:
@@ -100,6 +141,8 @@ def main() -> int:
     parser.add_argument("--runtime", type=float, default=20.0)
     parser.add_argument("--row", default="12/20/100", metavar="RATE/DELAY/QUEUE",
                         help="the link: Mbit/s, one-way ms and DropTail packets (default 12/20/100)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
+                        help="where the plot of the delays over time goes (default experiments/out)")
     args = parser.parse_args()
     try:
         rate, delay, queue = args.row.split("/")
@@ -111,17 +154,28 @@ def main() -> int:
         systems.insert(0, ("real Mahimahi", Backend("mahimahi", args.mahimahi_user)))
     else:
         print("(no mm-link on PATH or no --mahimahi-user: the engine only)", file=sys.stderr)
-    rows = []
+    rows, series = [], {}
     for run in range(1, args.runs + 1):
         for name, backend in systems:
-            rows.append({"system": name, "run": run, **one_run(backend, row, args.runtime, run)})
-            print(f"run {run}: {name} done", file=sys.stderr, flush=True)
-    table = pd.DataFrame(rows).groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
+            figures, series[name, run] = one_run(backend, row, args.runtime, run)
+            rows.append({"system": name, "run": run, **figures})
+            print(f"run {run}: {name}: p95 {figures['p95 delay']:.1f} ms, after 5 s {figures['p95 after 5 s']:.1f}",
+                  file=sys.stderr, flush=True)
+    runs = pd.DataFrame(rows)
+    table = runs.groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
     pd.set_option("display.width", 200)
-    print(f"Linux BBR, {row[0]:g} Mbit/s, {row[1]} ms, DropTail {row[2]}; {args.runs} runs of {args.runtime:g} s "
-          f"(ACK gaps, BBR's min RTT and delays one-way in ms; from `ss` every 20 ms: cwnd against the "
-          f"path's BDP, the share of samples with the window full, and how often BBR entered ProbeRTT)")
+    title = (f"Linux BBR, {row[0]:g} Mbit/s, {row[1]} ms, DropTail {row[2]}; {args.runs} runs of "
+             f"{args.runtime:g} s")
+    print(f"{title} (ACK gaps, BBR's min RTT and delays one-way in ms; from `ss` every 20 ms: cwnd against "
+          f"the path's BDP, the share of samples with the window full, and how often BBR entered ProbeRTT)")
     print(table.to_string(float_format=lambda v: f"{v:.2f}"))
+    print("\nper run, p95 one-way delay (ms), whole run / after 5 s:")
+    per_run = runs.pivot(index="run", columns="system", values=["p95 delay", "p95 after 5 s"])
+    print(per_run.to_string(float_format=lambda v: f"{v:.1f}"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    figure = args.out / f"ack_timing_{args.row.replace('/', '-')}_{time.strftime('%Y%m%dT%H%M%S')}.png"
+    plot(series, figure, title)
+    print(f"plot: {figure}")
     return 0
 
 
