@@ -166,7 +166,10 @@ def summarize(runs: pd.DataFrame, system: str = "engine") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
+def run_matrix(args: argparse.Namespace, runs_csv: Path) -> pd.DataFrame:
+    """Every run of the selected rows, alternating the systems; the runs so far are in `runs_csv`
+    after each row and scheme (written whole, then renamed), so a long matrix that is stopped keeps
+    them for `--report`."""
     rows = select_rows(args.rows)
     priority = args.realtime_priority
     systems = [(name, Backend("mahimahi", args.mahimahi_user, realtime_priority=priority) if timing is None
@@ -192,8 +195,15 @@ def run_matrix(args: argparse.Namespace) -> pd.DataFrame:
                         eta_min = elapsed / done * (total - done) / 60
                         print(f"[{done}/{total} {elapsed / 60:.0f} min, ETA {eta_min:.0f} min] "
                               f"{row.name} {scheme} {system} #{replicate}: {shown}", file=sys.stderr, flush=True)
+                partial = runs_csv.with_name(runs_csv.name + ".part")
+                runs_frame(records).to_csv(partial, index=False)
+                partial.replace(runs_csv)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return runs_frame(records)
+
+
+def runs_frame(records: list[dict[str, object]]) -> pd.DataFrame:
     return pd.DataFrame(records).astype({"loss_seed": "Int64"})
 
 
@@ -345,8 +355,9 @@ def main() -> int:
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown or "mahimahi" not in args.systems:
         parser.error(f"--systems: choose mahimahi and one or more of engine, ideal (got {args.systems})")
-    runs = run_matrix(args)
-    runs.to_csv(args.out / f"vs_mahimahi_runs_{stamp}.csv", index=False)
+    runs_csv = args.out / f"vs_mahimahi_runs_{stamp}.csv"
+    print(f"runs: {runs_csv} (after each row and scheme)", file=sys.stderr, flush=True)
+    runs = run_matrix(args, runs_csv)
     report(runs, args, stamp)
     return 0
 
