@@ -336,7 +336,6 @@ def main() -> int:
         runs = independent_runs(pd.concat([pd.read_csv(p) for p in str(args.report).split(",")],
                                           ignore_index=True))
         args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
-        args.replicates = int(runs["replicate"].max())
         report(runs, args, stamp)
         return 0
     if args.seed is None:
@@ -366,6 +365,7 @@ def independent_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs pooled from several invocations, each engine draw of losses once: a run that repeats
     another's (row, scheme, system, loss seed) saw the very same losses. Files written before runs
     recorded their seed came from the old default, --seed 0, whose run N drew seed N."""
+    runs = runs.copy()
     if "loss_seed" not in runs:
         runs["loss_seed"] = np.nan
     engine_runs = runs["system"] != "mahimahi"
@@ -381,7 +381,9 @@ def report(runs: pd.DataFrame, args: argparse.Namespace, stamp: str) -> None:
     for system in [s for s in args.systems if s != "mahimahi"]:
         summary = summarize(runs, system)
         what = {"engine": "the engine (Mahimahi's timing)", "ideal": "the engine with ideal timing (before)"}[system]
-        print(f"\n{what} vs real Mahimahi; {args.replicates} runs of {args.runtime:g} s per system, row and scheme")
+        counts = runs[runs["system"].isin(["mahimahi", system])].groupby(["row", "scheme", "system"]).size()
+        many = f"{counts.min()}" if counts.nunique() == 1 else f"{counts.min()}–{counts.max()} (n)"
+        print(f"\n{what} vs real Mahimahi; {many} runs of {args.runtime:g} s per system, row and scheme")
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
         passed = int((summary["pass"] == "yes").sum()) if len(summary) else 0
         print(f"rows passing: {passed} of {len(summary)}")
