@@ -79,12 +79,18 @@ def test_ping_rtt_is_mahimahis(tmp_path):
 def test_ping_rtt_with_ideal_timing_is_twice_the_delay_plus_the_link_slots(tmp_path):
     """With one exact clock (`--timing ideal`): a request read at ms a + f leaves the link at
     a + 1 (Mahimahi's slot semantics), so the RTT is 42 - f plus the engine's own overhead.
-    Separate pings start at unrelated phases, sweeping f over [0, 1)."""
+    Separate pings start at unrelated phases, sweeping f over [0, 1).
+
+    None can beat the slot arithmetic. As in `test_ping_rtt_is_mahimahis`, a busy host can hold a
+    ping back (a CI run had one at 45.9 ms among 41.3–42.0), so the bound above is for nearly all."""
     rtts, sent = pings(tmp_path, Backend(timing="ideal"))
-    assert all(41.0 <= rtt <= 44 for rtt in rtts.values()), rtts
-    overhead = [rtts[i + 1] - (42 - t % 1) for i, t in enumerate(sent)]
     # ping prints 0.1 ms; the engine adds well under a millisecond to the slot arithmetic.
-    assert all(-0.06 <= o <= 1.0 for o in overhead), overhead
+    overhead = {i + 1: rtts[i + 1] - (42 - t % 1) for i, t in enumerate(sent)}
+    early = {i: (rtts[i], round(o, 2)) for i, o in overhead.items() if o < -0.06}
+    late = {i: (rtts[i], round(o, 2)) for i, o in overhead.items() if o > 1.0}
+    assert not early, f"pings back before the slot arithmetic allows (rtt, overhead): {early}"
+    assert len(late) <= 3, f"pings held more than 1 ms past the slot arithmetic (rtt, overhead): {late}"
+    assert 0 <= float(np.median(list(overhead.values()))) <= 0.6, overhead
 
 
 def test_acks_reach_the_sender_spread_over_the_millisecond_as_in_mahimahi(tmp_path):

@@ -132,12 +132,16 @@ def median_queueing(ledbat_deep_queue, start_s: float, end_s: float) -> float:
 def test_ledbat_converges_to_its_target_behind_a_deep_queue(ledbat_deep_queue):
     """Behind 1000 packets (1 s) of buffer the target is reachable. Slow start overshoots it
     (~140 ms); LEDBAT then brings its queueing delay down towards 100 ms at the pace RFC 6817
-    allows (GAIN = 1: under a packet per RTT), and never lets the queue drain."""
+    allows (GAIN = 1: under a packet per RTT), and never lets the queue drain.
+
+    How soon it arrives depends on the overshoot: a CI run was at 101.0 ms already by 4–6 s and
+    101.2 by 16–20 s. So the test is that it ends near the target and no farther from it than it
+    was at 4–6 s (within the millisecond the queue's sawtooth moves a median)."""
     outcome = ledbat_deep_queue[0]
     assert outcome.valid, outcome.validity
     early, late = median_queueing(ledbat_deep_queue, 4, 6), median_queueing(ledbat_deep_queue, 16, 20)
-    assert LEDBAT_TARGET_MS <= late < early
-    assert late <= 1.3 * LEDBAT_TARGET_MS
+    assert LEDBAT_TARGET_MS <= late <= 1.3 * LEDBAT_TARGET_MS, (early, late)
+    assert late <= max(early, LEDBAT_TARGET_MS) + 1.0, (early, late)
     _, ts, queueing = ledbat_deep_queue
     assert queueing[ts >= 5].min() >= 0.5 * LEDBAT_TARGET_MS
 
