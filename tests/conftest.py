@@ -2,13 +2,25 @@ import os
 
 import pytest
 
+# The tests that need root run the emulator in real time, on a host that can hold a process back
+# for milliseconds to seconds: a shared or virtualised machine's vCPU is not always there when its
+# timer fires. Measured here, a first run after a few idle minutes had 10 of 30 pings 1–7 ms late
+# and a LEDBAT flow backing off from the delay spikes; the same tests passed on the next runs. So a
+# real-time test whose assertion fails runs once more, on fresh runs of its own, and fails only if it
+# fails again (pytest's summary counts the reruns). Only assertion failures are rerun: an error in
+# the code under test fails at once. A module-scoped fixture's runs are not redone (the plugin keeps
+# higher-scoped fixtures across a rerun), so such tests must bound their random quantities
+# themselves.
+REALTIME_RERUNS = 1
+
 
 def pytest_collection_modifyitems(config, items):
-    if os.geteuid() != 0:
-        skip = pytest.mark.skip(reason="needs root: creates network namespaces and TUN devices")
-        for item in items:
-            if "needs_root" in item.keywords:
-                item.add_marker(skip)
+    root = os.geteuid() == 0
+    skip = pytest.mark.skip(reason="needs root: creates network namespaces and TUN devices")
+    rerun = pytest.mark.flaky(reruns=REALTIME_RERUNS, only_rerun=["AssertionError"])
+    for item in items:
+        if "needs_root" in item.keywords:
+            item.add_marker(rerun if root else skip)
 
 
 def pytest_configure(config):
