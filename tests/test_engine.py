@@ -29,6 +29,10 @@ PATH_12 = EmulatorConfig(rate_mbps=12, delay_ms=20, queue=Queue.droptail(100))
 # 109.0 (a deeper window cut), so the band, not another run's figure, is the reference.
 CUBIC_12_DELAY_MS = (100, 125)
 
+# Of the 30 pings in `pings`, how many a busy or virtualised host may hold back past the link's
+# timing (ping is an ordinary process); none may come back early.
+PINGS_THE_HOST_MAY_HOLD = 3
+
 
 def tcp_run(workdir: Path, config: EmulatorConfig = PATH_12, seconds: float = 10, cc: str = "cubic"):
     logs = Logs(datalink=workdir / "datalink.log", acklink=workdir / "acklink.log")
@@ -72,7 +76,7 @@ def test_ping_rtt_is_mahimahis(tmp_path):
     early = {i: rtt for i, rtt in rtts.items() if rtt < 42.0}
     late = {i: rtt for i, rtt in rtts.items() if rtt > 44.0}
     assert not early, f"pings back before the link's 42 ms: {early}"
-    assert len(late) <= 3, f"pings later than 44 ms: {late}"
+    assert len(late) <= PINGS_THE_HOST_MAY_HOLD, f"pings later than 44 ms: {late}"
     assert 42.2 <= float(np.median(list(rtts.values()))) <= 43.2, rtts
 
 
@@ -89,7 +93,8 @@ def test_ping_rtt_with_ideal_timing_is_twice_the_delay_plus_the_link_slots(tmp_p
     early = {i: (rtts[i], round(o, 2)) for i, o in overhead.items() if o < -0.06}
     late = {i: (rtts[i], round(o, 2)) for i, o in overhead.items() if o > 1.0}
     assert not early, f"pings back before the slot arithmetic allows (rtt, overhead): {early}"
-    assert len(late) <= 3, f"pings held more than 1 ms past the slot arithmetic (rtt, overhead): {late}"
+    assert len(late) <= PINGS_THE_HOST_MAY_HOLD, \
+        f"pings held more than 1 ms past the slot arithmetic (rtt, overhead): {late}"
     assert 0 <= float(np.median(list(overhead.values()))) <= 0.6, overhead
 
 
