@@ -2,7 +2,7 @@
 
 The measurement behind the engine's Mahimahi timing model (`emulators/src/ferry.rs`): one Linux
 BBR flow (our `calibrate-scheme bbr`, kernel TCP) over 12 Mbit/s, 20 ms, a 100-packet DropTail
-queue (`--row` for another), through
+queue (`--row` for another, with random uplink loss if wanted), through
 
 - real Mahimahi (`--backend mahimahi`, needs its mm-* shells on PATH and an unprivileged user),
 - the engine with Mahimahi's timing (each shell direction a process with its own ms clock), and
@@ -16,6 +16,9 @@ For each it prints, from the run's own Pantheon logs and `ss -tin` samples of th
   estimate above the link rate makes BBR cwnd-limited, i.e. it keeps a standing queue,
 - BBR's other cwnd terms: its min-RTT estimate, its cwnd against the path's BDP, how often the
   window is full and how often it enters ProbeRTT,
+- how the sender met its losses, per second: retransmissions (`ss`), and from its namespace's
+  `nstat` counters SACK recoveries, tail-loss probes, timeouts, reorderings seen and lost
+  retransmissions,
 - the mean and p95 one-way delay of the data, and the p95 of what departs after 5 s (past BBR's
   start-up, whose overfilled queue holds a few % of a 20 s run's packets, near where the p95
   falls),
@@ -23,7 +26,7 @@ For each it prints, from the run's own Pantheon logs and `ss -tin` samples of th
 and plots each run's one-way delay over time, per system, to experiments/out/.
 
 Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user mahimahi [--runs 3]
-                     [--row 24/30/150]
+                     [--row 24/30/150 | --row 30/10/400/0.2]
 """
 
 from __future__ import annotations
@@ -58,22 +61,39 @@ def ss_samples(text: str) -> pd.DataFrame:
         bbr, cwnd = re.search(r"bbr:\(bw:(\d+)bps,mrtt:([\d.]+)", line), re.search(r"\bcwnd:(\d+)", line)
         if bbr and cwnd:
             unacked = re.search(r"\bunacked:(\d+)", line)
+            retrans = re.search(r"\bretrans:\d+/(\d+)", line)
             rows.append({"bw": int(bbr[1]) / 1e6, "mrtt": float(bbr[2]), "cwnd": int(cwnd[1]),
-                         "inflight": int(unacked[1]) if unacked else 0})
-    return pd.DataFrame(rows, columns=["bw", "mrtt", "cwnd", "inflight"])
+                         "inflight": int(unacked[1]) if unacked else 0,
+                         "retrans": int(retrans[1]) if retrans else 0})
+    return pd.DataFrame(rows, columns=["bw", "mrtt", "cwnd", "inflight", "retrans"])
 
 
-def one_run(backend: Backend, row: tuple[float, int, int], seconds: float,
+#: The sender's namespace's TCP counters (`nstat`) per second of the run: how its losses were found.
+NSTAT = {"sack recoveries": "TcpExtTCPSackRecovery", "loss probes": "TcpExtTCPLossProbes",
+         "timeouts": "TcpExtTCPTimeouts", "reorderings": "TcpExtTCPSACKReorder",
+         "lost retransmits": "TcpExtTCPLostRetransmit"}
+
+
+def nstat_counters(text: str) -> dict[str, int]:
+    """`nstat -asz`'s absolute counters, by name."""
+    fields = (line.split() for line in text.splitlines())
+    return {f[0]: int(f[1]) for f in fields if len(f) >= 2 and f[1].isdigit()}
+
+
+def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float,
             seed: int) -> tuple[dict[str, float], pd.Series]:
     """The run's figures, and its one-way delay over time (mean per 100 ms, indexed by seconds)."""
-    rate, delay, queue = row
+    rate, delay, queue, loss = row
     payload_mbps = rate * PAYLOAD_SHARE
-    emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue), loss_seed=seed)
+    emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue), uplink_loss=loss,
+                              loss_seed=seed)
     tool = shlex.quote(str(binaries.find(binaries.SCHEME)))
     with tempfile.TemporaryDirectory(prefix="calibrate-ack-timing-") as work:
         w = Path(work)
         ss = w / "ss.txt"
+        nstat = w / "nstat.txt"
         sender = (f"(while sleep 0.02; do ss -tin dst $EMU_PEER; done > {ss}) & "
+                  f"(while sleep 0.5; do nstat -asz > {nstat}.part && mv {nstat}.part {nstat}; done) & "
                   f"exec {tool} bbr sender $EMU_PEER {PORT}")
         endpoints = [Endpoint("receiver", f"exec {tool} bbr receiver {PORT}"),
                      Endpoint("sender", sender, start_s=1.0)]
@@ -82,6 +102,7 @@ def one_run(backend: Backend, row: tuple[float, int, int], seconds: float,
         data = parse_datalink_log(logs.datalink)
         acks = parse_datalink_log(logs.acklink)
         sampled = ss_samples(ss.read_text())
+        counters = nstat_counters(nstat.read_text()) if nstat.exists() else {}
     steady = acks.departure_ts > acks.departure_ts[0] + 3000  # after start-up
     t = acks.departure_ts[steady]
     gaps = np.diff(t)
@@ -102,6 +123,8 @@ def one_run(backend: Backend, row: tuple[float, int, int], seconds: float,
                "bbr mrtt": float(sampled.mrtt.median()),
                "cwnd / BDP": float(sampled.cwnd.median() / bdp),
                "cwnd-limited %": 100 * float((sampled.inflight >= sampled.cwnd).mean()),
+               "retransmits / s": float(sampled.retrans.max()) / seconds if len(sampled) else 0.0,
+               **{f"{name} / s": counters.get(counter, 0) / seconds for name, counter in NSTAT.items()},
                "probe-rtts / 10 s": 10 * int(np.sum(np.diff((sampled.cwnd <= 4).astype(int)) == 1)) / seconds,
                "mean delay": float(np.mean(data.departure_delay)),
                "p95 delay": float(np.percentile(data.departure_delay, 95, method="nearest")),
@@ -137,16 +160,19 @@ def main() -> int:
     parser.add_argument("--mahimahi-user", metavar="NAME")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--runtime", type=float, default=20.0)
-    parser.add_argument("--row", default="12/20/100", metavar="RATE/DELAY/QUEUE",
-                        help="the link: Mbit/s, one-way ms and DropTail packets (default 12/20/100)")
+    parser.add_argument("--row", default="12/20/100", metavar="RATE/DELAY/QUEUE[/LOSS%]",
+                        help="the link: Mbit/s, one-way ms, DropTail packets and, optionally, the uplink's "
+                             "random loss in percent (default 12/20/100)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
                         help="where the plot of the delays over time goes (default experiments/out)")
     args = parser.parse_args()
     try:
-        rate, delay, queue = args.row.split("/")
-        row = (float(rate), int(delay), int(queue))
+        rate, delay, queue, *loss = args.row.split("/")
+        row = (float(rate), int(delay), int(queue), float(loss[0].rstrip("%")) / 100 if loss else 0.0)
+        if len(loss) > 1 or not 0 <= row[3] < 1:
+            raise ValueError
     except ValueError:
-        parser.error(f"--row {args.row!r}: give RATE/DELAY/QUEUE, e.g. 24/30/150")
+        parser.error(f"--row {args.row!r}: give RATE/DELAY/QUEUE[/LOSS%], e.g. 24/30/150 or 30/10/400/0.2")
     systems = [("engine, ideal timing", Backend(timing="ideal")), ("engine, Mahimahi timing", Backend())]
     if shutil.which("mm-link") and args.mahimahi_user:
         systems.insert(0, ("real Mahimahi", Backend("mahimahi", args.mahimahi_user)))
@@ -162,7 +188,8 @@ def main() -> int:
     runs = pd.DataFrame(rows)
     table = runs.groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
     pd.set_option("display.width", 200)
-    title = (f"Linux BBR, {row[0]:g} Mbit/s, {row[1]} ms, DropTail {row[2]}; {args.runs} runs of "
+    lossy = f", {100 * row[3]:g} % uplink loss" if row[3] else ""
+    title = (f"Linux BBR, {row[0]:g} Mbit/s, {row[1]} ms, DropTail {row[2]}{lossy}; {args.runs} runs of "
              f"{args.runtime:g} s")
     print(f"{title} (ACK gaps, BBR's min RTT and delays one-way in ms; from `ss` every 20 ms: cwnd against "
           f"the path's BDP, the share of samples with the window full, and how often BBR entered ProbeRTT)")
@@ -171,7 +198,7 @@ def main() -> int:
     per_run = runs.pivot(index="run", columns="system", values=["p95 delay", "p95 after 5 s"])
     print(per_run.to_string(float_format=lambda v: f"{v:.1f}"))
     args.out.mkdir(parents=True, exist_ok=True)
-    figure = args.out / f"ack_timing_{args.row.replace('/', '-')}_{time.strftime('%Y%m%dT%H%M%S')}.png"
+    figure = args.out / f"ack_timing_{args.row.replace('/', '-').rstrip('%')}_{time.strftime('%Y%m%dT%H%M%S')}.png"
     plot(series, figure, title)
     print(f"plot: {figure}")
     return 0
