@@ -32,7 +32,10 @@ Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import re
+import select
 import shlex
 import shutil
 import sys
@@ -80,6 +83,30 @@ def nstat_counters(text: str) -> dict[str, int]:
     return {f[0]: int(f[1]) for f in fields if len(f) >= 2 and f[1].isdigit()}
 
 
+def wake_lateness(priority: int, samples: int = 3000) -> np.ndarray:
+    """How late this host wakes a task from a 1 ms `poll()`, as each Mahimahi shell's loop waits
+    for its next millisecond (µs past the timeout; priority 0: a normal task, else SCHED_FIFO)."""
+    if priority:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    poller, late = select.poll(), np.empty(samples)
+    for i in range(samples):
+        start = time.perf_counter_ns()
+        poller.poll(1)
+        late[i] = (time.perf_counter_ns() - start) / 1e3 - 1000
+    return late
+
+
+def host_wake_lateness() -> pd.DataFrame:
+    """Percentiles of `wake_lateness`, a normal task's and a real-time one's (Mahimahi's shells run
+    real-time under `--backend mahimahi`), measured in a child process each."""
+    rows = {}
+    for name, priority in (("normal task", 0), ("SCHED_FIFO 11", 11)):
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            late = pool.apply(wake_lateness, (priority,))
+        rows[name] = {f"p{q:g}": np.percentile(late, q) for q in (5, 50, 90, 99, 99.9)} | {"max": late.max()}
+    return pd.DataFrame(rows).T
+
+
 def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float,
             seed: int) -> tuple[dict[str, float], pd.Series]:
     """The run's figures, and its one-way delay over time (mean per 100 ms, indexed by seconds)."""
@@ -97,10 +124,11 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
                   f"exec {tool} bbr sender $EMU_PEER {PORT}")
         endpoints = [Endpoint("receiver", f"exec {tool} bbr receiver {PORT}"),
                      Endpoint("sender", sender, start_s=1.0)]
-        logs = Logs(datalink=w / "datalink.log", acklink=w / "acklink.log")
+        datalink, acklink = w / "datalink.log", w / "acklink.log"
+        logs = Logs(datalink=datalink, acklink=acklink)
         engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
-        data = parse_datalink_log(logs.datalink)
-        acks = parse_datalink_log(logs.acklink)
+        data = parse_datalink_log(datalink)
+        acks = parse_datalink_log(acklink)
         sampled = ss_samples(ss.read_text())
         counters = nstat_counters(nstat.read_text()) if nstat.exists() else {}
     steady = acks.departure_ts > acks.departure_ts[0] + 3000  # after start-up
@@ -186,6 +214,7 @@ def main() -> int:
             print(f"run {run}: {name}: p95 {figures['p95 delay']:.1f} ms, after 5 s {figures['p95 after 5 s']:.1f}",
                   file=sys.stderr, flush=True)
     runs = pd.DataFrame(rows)
+    lateness = host_wake_lateness()
     table = runs.groupby("system", sort=False).mean(numeric_only=True).drop(columns="run")
     pd.set_option("display.width", 200)
     lossy = f", {100 * row[3]:g} % uplink loss" if row[3] else ""
@@ -197,6 +226,9 @@ def main() -> int:
     print("\nper run, p95 one-way delay (ms), whole run / after 5 s:")
     per_run = runs.pivot(index="run", columns="system", values=["p95 delay", "p95 after 5 s"])
     print(per_run.to_string(float_format=lambda v: f"{v:.1f}"))
+    print("\nthis host: how late a 1 ms poll() wakes (µs past the timeout; the engine's model of Mahimahi's "
+          "shells draws it from 50–100, ferry.rs's WAKE_LATE_US):")
+    print(lateness.to_string(float_format=lambda v: f"{v:.0f}"))
     args.out.mkdir(parents=True, exist_ok=True)
     figure = args.out / f"ack_timing_{args.row.replace('/', '-').rstrip('%')}_{time.strftime('%Y%m%dT%H%M%S')}.png"
     plot(series, figure, title)
