@@ -23,7 +23,9 @@ For each it prints, from the run's own Pantheon logs and `ss -tin` samples of th
   start-up, whose overfilled queue holds a few % of a 20 s run's packets, near where the p95
   falls),
 
-and plots each run's one-way delay over time, per system, to experiments/out/.
+and plots each run's one-way delay over time, per system, to experiments/out/. Last, it measures
+how late this host wakes a task from a 1 ms `poll()`, as each Mahimahi shell waits for its next
+millisecond (the engine's model draws that lateness from `WAKE_LATE_US` in emulators/src/ferry.rs).
 
 Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user mahimahi [--runs 3]
                      [--row 24/30/150 | --row 30/10/400/0.2]
