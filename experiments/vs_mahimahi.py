@@ -333,8 +333,11 @@ def main() -> int:
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
     if args.report:
-        runs = independent_runs(pd.concat([pd.read_csv(p) for p in str(args.report).split(",")],
-                                          ignore_index=True))
+        files = [Path(p).resolve() for p in str(args.report).split(",") if p]
+        named_twice = sorted({str(f) for f in files if files.count(f) > 1})
+        if named_twice:
+            parser.error(f"--report names {', '.join(named_twice)} more than once: its runs would count twice")
+        runs = independent_runs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True))
         args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
         report(runs, args, stamp)
         return 0
