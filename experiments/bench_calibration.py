@@ -95,7 +95,7 @@ from rich.console import Console
 from rich.table import Table
 
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
-from calibrate.objective import Stats, replication_error
+from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
 from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
 from calibrate.runs.journal import RunDir
@@ -151,7 +151,7 @@ class ModelProblem:
 
     seed: int
     hidden: Mapping[str, float]
-    real: Mapping[str, Stats]
+    real: Mapping[Key, Stats]
     space: SearchSpace
     warm_start: Mapping[str, float]
     config: RunConfig
@@ -162,15 +162,19 @@ class ModelProblem:
         runs = model_replicates(hidden, seed, TARGET_STREAM, 0, TARGET_REPLICATES,
                                 schemes=MODEL_SCHEMES)
         values = {s: np.array([[r.throughput, r.delay, r.loss] for r in rs]) for s, rs in runs.items()}
-        real = {s: Stats(*map(float, v.mean(axis=0))) for s, v in values.items()}
+        real: dict[Key, Stats] = {s: Stats(*map(float, v.mean(axis=0))) for s, v in values.items()}
         # as a Target holds them: means, Pantheon's (ddof 0) standard deviations, the runs
-        stats = {s: SchemeMeasurement(*map(float, v.mean(axis=0)), *map(float, v.std(axis=0)),
-                                      runs=len(v)) for s, v in values.items()}
+        stats = {}
+        for s, v in values.items():
+            (tput, delay, loss), (tput_sd, delay_sd, loss_sd) = v.mean(axis=0), v.std(axis=0)
+            stats[s] = SchemeMeasurement(float(tput), float(delay), float(loss), float(tput_sd), float(delay_sd),
+                                         float(loss_sd), runs=len(v))
         return cls(seed, hidden, real, space_from_target(stats), warm_start(stats), config)
 
     def evaluate(self, x: Mapping[str, float], stream: int, index: int, replicates: int) -> tuple[float, float]:
         """(f, its noise) of emulator x, as the loop scores and tells it."""
-        emulated = model_replicates(x, self.seed, stream, index, replicates, schemes=MODEL_SCHEMES)
+        emulated: dict[Key, list[Stats]] = dict(
+            model_replicates(x, self.seed, stream, index, replicates, schemes=MODEL_SCHEMES).items())
         error = replication_error(self.real, emulated,  # RunConfig checks aggregate: "mean" or "median"
                                   aggregate=self.config.aggregate,  # type: ignore[arg-type]
                                   include_loss=self.config.include_loss)

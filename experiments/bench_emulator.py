@@ -36,6 +36,7 @@ from calibrate.metrics import analyze_datalink_log, parse_datalink_log, percenti
 
 OUT = Path(__file__).resolve().parent / "out"
 DELAY_MS = 20
+CORES = os.cpu_count() or 1
 console = Console()
 
 
@@ -68,8 +69,8 @@ def one_run(rate: float, scheme: str, seconds: float, workdir: Path, queue_ms: f
     """A saturating flow over a constant-rate path; delay checked against link + queue + propagation."""
     packets = max(20, int(rate * queue_ms / 12))  # queue_ms of buffering at this rate
     config = EmulatorConfig(rate_mbps=rate, delay_ms=DELAY_MS, queue=Queue.droptail(packets))
-    logs = Logs(datalink=workdir / "d.log", acklink=workdir / "a.log", uplink=workdir / "u.log",
-                downlink=workdir / "w.log")
+    datalink = workdir / "d.log"
+    logs = Logs(datalink=datalink, acklink=workdir / "a.log", uplink=workdir / "u.log", downlink=workdir / "w.log")
     args = engine.command(config, scheme_endpoints(scheme), workdir=workdir, stop_after=seconds, logs=logs)
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
@@ -84,7 +85,7 @@ def one_run(rate: float, scheme: str, seconds: float, workdir: Path, queue_ms: f
         raise SystemExit(f"engine failed at {rate} Mbit/s: {stderr.strip()}")
     # Steady state: from 2 s in (past the sender's start-up) to the end, delivered bytes over the
     # bytes the trace offered in the same window.
-    log = parse_datalink_log(logs.datalink)
+    log = parse_datalink_log(datalink)
     start = 2000.0
     delivered = log.departure_bytes[log.departure_ts >= start].sum()
     offered = log.opportunity_bytes[log.opportunity_ts >= start].sum()
@@ -111,9 +112,9 @@ def instances(counts: list[int], seconds: float) -> list[dict]:
     rows = []
 
     def run(workdir: Path):
-        logs = Logs(datalink=workdir / "d.log")
-        engine.run(config, scheme_endpoints("cubic"), workdir=workdir, stop_after=seconds, logs=logs)
-        return analyze_datalink_log(logs.datalink).total
+        datalink = workdir / "d.log"
+        engine.run(config, scheme_endpoints("cubic"), workdir=workdir, stop_after=seconds, logs=Logs(datalink=datalink))
+        return analyze_datalink_log(datalink).total
 
     solo = None
     with console.status("instances ...") as status:
@@ -126,7 +127,7 @@ def instances(counts: list[int], seconds: float) -> list[dict]:
                 solo = results[0]
             tput_dev = max(abs(r.tput_mbps - solo.tput_mbps) / solo.tput_mbps for r in results)
             delay_dev = max(abs(r.delay_ms - solo.delay_ms) / solo.delay_ms for r in results)
-            rows.append({"instances": n, "per_core": n / os.cpu_count(),
+            rows.append({"instances": n, "per_core": n / CORES,
                          "min_tput_mbps": min(r.tput_mbps for r in results),
                          "max_tput_dev": tput_dev, "max_p95_dev": delay_dev, "ok": max(tput_dev, delay_dev) <= 0.02})
     return rows
@@ -177,7 +178,7 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("bench_emulator: run as root (the engine creates namespaces and TUN devices)")
     seconds = 6 if args.quick else 10
-    rates = [100, 400, 800, 1000] if args.quick else [100, 200, 400, 600, 800, 1000, 1200, 1500]
+    rates: list[float] = [100, 400, 800, 1000] if args.quick else [100, 200, 400, 600, 800, 1000, 1200, 1500]
 
     cap = capacity(rates, args.scheme, seconds)
     table = Table(title=f"1. capacity of one instance ({args.scheme}, {DELAY_MS} ms, 10 ms of DropTail buffer)")
@@ -199,21 +200,23 @@ def main() -> int:
     for column in ("rate (Mbit/s)", "delivered (Mbit/s)", "engine CPU"):
         table.add_column(column, justify="right")
     for r in cpu_runs:
-        table.add_row(f"{r.rate_mbps:g}", f"{r.tput_mbps:.1f}", f"{100 * r.engine_cpu_share:.1f} %")
+        share = "-" if r.engine_cpu_share is None else f"{100 * r.engine_cpu_share:.1f} %"
+        table.add_row(f"{r.rate_mbps:g}", f"{r.tput_mbps:.1f}", share)
     console.print(table)
 
     counts = [1, 8, 16] if args.quick else [1, 8, 16, 32, 48, 64]
     inst = instances(counts, seconds)
-    table = Table(title=f"3. 12 Mbit/s instances at once, each with a cubic flow ({os.cpu_count()} cores)")
+    table = Table(title=f"3. 12 Mbit/s instances at once, each with a cubic flow ({CORES} cores)")
     for column in ("instances", "per core", "min tput (Mbit/s)", "max tput deviation", "max p95 deviation",
                    "within 2 %"):
         table.add_column(column, justify="right")
-    for r in inst:
-        table.add_row(str(r["instances"]), f"{r['per_core']:g}", f"{r['min_tput_mbps']:.2f}",
-                      f"{100 * r['max_tput_dev']:.2f} %", f"{100 * r['max_p95_dev']:.2f} %", "yes" if r["ok"] else "NO")
+    for row in inst:
+        table.add_row(str(row["instances"]), f"{row['per_core']:g}", f"{row['min_tput_mbps']:.2f}",
+                      f"{100 * row['max_tput_dev']:.2f} %", f"{100 * row['max_p95_dev']:.2f} %",
+                      "yes" if row["ok"] else "NO")
     console.print(table)
-    best = max((r["instances"] for r in inst if r["ok"]), default=0)
-    console.print(f"most instances within 2 % of solo: {best} ({best / os.cpu_count():g} per core)")
+    best = max((row["instances"] for row in inst if row["ok"]), default=0)
+    console.print(f"most instances within 2 % of solo: {best} ({best / CORES:g} per core)")
 
     write_csv("bench_emulator_capacity.csv", [asdict(r) for r in cap])
     write_csv("bench_emulator_cpu.csv", [asdict(r) for r in cpu_runs])

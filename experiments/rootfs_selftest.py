@@ -134,9 +134,9 @@ def inner(root: Path) -> list[tuple[str, str, str]]:
     refused = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                               f"{read_only} && exec {' '.join(calibrate)} selftest"],
                              capture_output=True, text=True)
-    said = [line for line in (refused.stderr or refused.stdout).splitlines() if "error" in line]
+    errors = [line for line in (refused.stderr or refused.stdout).splitlines() if "error" in line]
     rows.append(("selftest under a read-only /proc/sys (a container's)",
-                 "-", f"exit {refused.returncode}: {said[-1] if said else ''}"))
+                 "-", f"exit {refused.returncode}: {errors[-1] if errors else ''}"))
     # ... and runs after the workers' postStart command made it writable again.
     from calibrate.cluster.manifests import engine_check
 
@@ -179,7 +179,8 @@ def main() -> int:
                           stdout=subprocess.PIPE, text=True)
     for line in done.stdout.splitlines():
         if line.startswith("ROW\t"):
-            rows.append(tuple(line.split("\t")[1:]))
+            step, took, outcome = line.split("\t", 3)[1:]
+            rows.append((step, took, outcome))
         else:
             print(line)
     rows.append(("root filesystem after the install", f"{time.monotonic() - started:.0f} s in all",
