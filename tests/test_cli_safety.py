@@ -80,12 +80,19 @@ def _cli(tmp: Path, *args: Any, timeout: float = 600, env: dict[str, str] | None
                           env=env or _env(tmp), cwd=tmp, timeout=timeout)
 
 
+def _terminal_signals() -> None:
+    """SIGINT as a terminal's foreground command gets it. A shell without job control starts its
+    background commands with SIGINT ignored (`./scripts/test &` from a script, or under nohup),
+    every child inherits that, and Python then leaves Ctrl-C ignored too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp: Path, *args: Any) -> subprocess.Popen:
     """A command in the background, in its own process group (a terminal's Ctrl-C reaches the
-    whole group)."""
+    whole group), with SIGINT as a terminal leaves it however the tests were started."""
     return subprocess.Popen([*CALIBRATE, *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(tmp), cwd=tmp,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_terminal_signals)
 
 
 def _until(condition: Callable[[], Any], timeout: float, what: str) -> None:
