@@ -102,7 +102,7 @@ def test_acks_reach_the_sender_spread_over_the_millisecond_as_in_mahimahi(tmp_pa
     """A paced BBR flow: with Mahimahi's timing the ACKs arrive at every phase of the ms (each
     shell's process wakes at its own phase); with the ideal clock all at its start. The spread is
     what lets BBR's max-filtered bandwidth estimate run above the link rate, as in Mahimahi."""
-    spread = {}
+    phases = {}
     for timing in ("mahimahi", "ideal"):
         work = tmp_path / timing
         work.mkdir()
@@ -111,12 +111,15 @@ def test_acks_reach_the_sender_spread_over_the_millisecond_as_in_mahimahi(tmp_pa
                      Endpoint("sender", probe("tcp-source", "-", 5000, "bbr"))]
         engine.run(PATH_12, endpoints, workdir=work, stop_after=6, logs=logs, backend=Backend(timing=timing))
         t = parse_datalink_log(logs.acklink).departure_ts
-        phase = (t[t > t[0] + 2000] % 1.0)
-        spread[timing] = float(np.percentile(phase, 90) - np.percentile(phase, 10))
-    # p10–p90 of the phase: 0.8 ms for ACKs spread evenly; measured 0.48–0.8 over 6 s runs with
-    # Mahimahi's timing (a CI run saw 0.48), 0.01 with the ideal clock
-    assert spread["ideal"] < 0.15, spread
-    assert spread["mahimahi"] > 0.3, spread
+        phases[timing] = np.round(np.percentile(t[t > t[0] + 2000] % 1.0, [10, 75, 90]), 3)
+    # Mahimahi's timing: p10–p90 of the phase is 0.8 ms for ACKs spread evenly; measured 0.48–0.8
+    # over 6 s runs (a CI run saw 0.48).
+    p10, _, p90 = phases["mahimahi"]
+    assert p90 - p10 > 0.3, phases
+    # The ideal clock: each ACK leaves at the start of its ms plus however late the host wakes the
+    # engine. Here p10–p90 is 0.04–0.10 ms, but a CI host woke it later (p10–p90 0.20 ms, twice), so
+    # the bound is on where most ACKs leave, not on the tail: three quarters in the ms's first 0.3.
+    assert phases["ideal"][1] < 0.3, phases
 
 
 def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
