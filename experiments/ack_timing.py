@@ -27,8 +27,19 @@ and plots each run's one-way delay over time, per system, to experiments/out/. L
 how late this host wakes a task from a 1 ms `poll()`, as each Mahimahi shell waits for its next
 millisecond (the engine's model draws that lateness from `WAKE_LATE_US` in emulators/src/ferry.rs).
 
+With `--sched` it also prints, per process of each system (each Mahimahi shell's uplink and
+downlink ferry, the engine, the endpoints), what the kernel's scheduler counted for it over the
+middle half of each run (`/proc/TID/schedstat`, which costs the run nothing): how often it was
+scheduled in, the CPU time each such slice took and how long it waited for a CPU before it.
+A Mahimahi shell's loop pass is not instantaneous as in the engine's model; this measures what
+it costs. `--perf` adds the distribution of those waits for a task once woken (`perf sched
+record` through the run, then `perf sched timehist`'s "sch delay"; Debian's linux-perf): the
+tail that the engine's model, one process drawing each shell's lateness independently, lacks.
+Recording every context switch slows the run's processes down (on this host it took each shell
+two to three times the CPU), so read its waits as an upper bound.
+
 Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user mahimahi [--runs 3]
-                     [--row 24/30/150 | --row 30/10/400/0.2]
+                     [--row 24/30/150 | --row 30/10/400/0.2] [--sched [--perf]]
 """
 
 from __future__ import annotations
@@ -40,8 +51,11 @@ import re
 import select
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +112,127 @@ def wake_lateness(priority: int, samples: int = 3000) -> np.ndarray:
     return late
 
 
+#: Mahimahi's shells: each forks an uplink ferry (the parent of the next shell inward) and a
+#: downlink ferry (no children) from its main process.
+SHELLS = ("mm-delay", "mm-link", "mm-loss")
+
+
+def process_roles() -> dict[int, str]:
+    """Every task on the host now, by thread id: which part of a run it is."""
+    tasks = {}
+    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended meanwhile
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        tasks[int(stat.parent.name)] = (comm, int(text[text.rindex(")") + 2:].split()[1]))
+    parents = {ppid for _, ppid in tasks.values()}
+    roles = {}
+    for tid, (comm, ppid) in tasks.items():
+        if comm in SHELLS:
+            if tasks.get(ppid, ("", 0))[0] != comm:
+                roles[tid] = f"{comm} main"
+            else:
+                roles[tid] = f"{comm} {'uplink' if tid in parents else 'downlink'} ferry"
+        elif comm.startswith("calibrate-link"):
+            roles[tid] = "engine (calibrate-link)"
+        elif comm.startswith("calibrate-sche"):
+            roles[tid] = "endpoints (calibrate-scheme)"
+        elif comm.startswith("ksoftirqd"):
+            roles[tid] = "ksoftirqd"
+    return roles
+
+
+#: `perf sched timehist --state` rows: time, cpu, task[tid(/pid)], wait time, sch delay and run time
+#: (ms) of the slice that ends here, and the task's state as it ends.
+TIMEHIST = re.compile(r"^\s*([\d.]+)\s+\[(\d+)\]\s+(.+?)\[(\d+)(?:/\d+)?\]\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
+
+
+def sched_delays(perf_data: Path, roles: dict[int, str], seconds: float) -> pd.DataFrame:
+    """Per role of `roles`: how often its tasks were scheduled in, their share of one CPU, and
+    how long one woken (its last slice ended asleep, not preempted) waited for a CPU (ms)."""
+    out = subprocess.run(["perf", "sched", "timehist", "--state", "-i", str(perf_data)], capture_output=True,
+                         text=True, check=True).stdout
+    rows = [(int(m[4]), float(m[6]), float(m[7]), m[8]) for m in map(TIMEHIST.match, out.splitlines()) if m]
+    slices = pd.DataFrame(rows, columns=["tid", "sch_delay", "run", "state"])
+    slices["role"] = slices.tid.map(roles)
+    slices["woken"] = ~slices.groupby("tid").state.shift().fillna("R").str.startswith("R")
+    table = {}
+    for role, group in slices.dropna(subset=["role"]).groupby("role"):
+        woken = group.sch_delay[group.woken]
+        table[role] = {"slices / s": len(group) / seconds, "cpu %": 100 * group.run.sum() / 1e3 / seconds,
+                       **{f"wait p{q:g}": np.percentile(woken, q) if len(woken) else np.nan
+                          for q in (50, 99, 99.9)},
+                       "wait max": woken.max() if len(woken) else np.nan,
+                       "waits > 0.5 ms / s": float((woken > 0.5).sum()) / seconds}
+    return pd.DataFrame(table).T
+
+
+def schedstat(tids: list[int]) -> dict[int, tuple[int, int, int]]:
+    """`/proc/TID/schedstat` of each task still running: ns on a CPU, ns waiting for one, slices."""
+    counts = {}
+    for tid in tids:
+        try:
+            run, wait, slices = map(int, Path(f"/proc/{tid}/schedstat").read_text().split())
+        except OSError:
+            continue
+        counts[tid] = (run, wait, slices)
+    return counts
+
+
+class SchedCounts:
+    """What the scheduler counted for each process of a run between two moments of it."""
+
+    def __init__(self, start_s: float, end_s: float) -> None:
+        self.table = pd.DataFrame()
+        self.thread = threading.Thread(target=self._sample, args=(start_s, end_s), daemon=True)
+        self.thread.start()
+
+    def _sample(self, start_s: float, end_s: float) -> None:
+        time.sleep(start_s)
+        roles = process_roles()
+        before = schedstat(list(roles))
+        time.sleep(end_s - start_s)
+        after = schedstat(list(before))
+        rows = [(roles[tid], *(b - a for a, b in zip(before[tid], counts, strict=True)))
+                for tid, counts in after.items()]
+        sums = pd.DataFrame(rows, columns=["role", "run", "wait", "slices"]).groupby("role").sum()
+        sums = sums[sums.slices > 0]
+        seconds = end_s - start_s
+        self.table = pd.DataFrame({"slices / s": sums.slices / seconds, "cpu %": 100 * sums.run / 1e9 / seconds,
+                                   "µs per slice": sums.run / 1e3 / sums.slices,
+                                   "µs waited per slice": sums.wait / 1e3 / sums.slices})
+
+    def result(self) -> pd.DataFrame:
+        self.thread.join()
+        return self.table
+
+
+class SchedRecording:
+    """`perf sched record` of the whole host while a run lasts, and a snapshot of its processes
+    half-way through (Mahimahi's shells are gone when the run ends)."""
+
+    def __init__(self, work: Path, snapshot_after_s: float) -> None:
+        self.data = work / "perf.data"
+        self.roles: dict[int, str] = {}
+        self.snapshot = threading.Timer(snapshot_after_s, lambda: self.roles.update(process_roles()))
+        self.perf: subprocess.Popen | None = None
+
+    def __enter__(self) -> SchedRecording:
+        self.perf = subprocess.Popen(["perf", "sched", "record", "-a", "-q", "-o", str(self.data)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # perf has its events on
+        self.snapshot.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.snapshot.cancel()
+        assert self.perf is not None
+        self.perf.send_signal(signal.SIGINT)
+        self.perf.wait(timeout=60)
+
+
 def host_wake_lateness() -> pd.DataFrame:
     """Percentiles of `wake_lateness`, a normal task's and a real-time one's (Mahimahi's shells run
     real-time under `--backend mahimahi`), measured in a child process each."""
@@ -109,9 +244,11 @@ def host_wake_lateness() -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
-def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float,
-            seed: int) -> tuple[dict[str, float], pd.Series]:
-    """The run's figures, and its one-way delay over time (mean per 100 ms, indexed by seconds)."""
+def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float, seed: int,
+            sched: bool = False, perf: bool = False) -> tuple[dict[str, float], pd.Series, pd.DataFrame | None]:
+    """The run's figures, its one-way delay over time (mean per 100 ms, indexed by seconds) and,
+    with `sched`, what the scheduler counted for its processes (`SchedCounts`), with `perf` their
+    waits once woken (`sched_delays`) too."""
     rate, delay, queue, loss = row
     payload_mbps = rate * PAYLOAD_SHARE
     emulator = EmulatorConfig(rate_mbps=rate, delay_ms=delay, queue=Queue.droptail(queue), uplink_loss=loss,
@@ -128,7 +265,16 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
                      Endpoint("sender", sender, start_s=1.0)]
         datalink, acklink = w / "datalink.log", w / "acklink.log"
         logs = Logs(datalink=datalink, acklink=acklink)
-        engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
+        counts = SchedCounts(1 + seconds / 4, 1 + 3 * seconds / 4) if sched else None
+        if perf:
+            with SchedRecording(w, snapshot_after_s=1 + seconds / 2) as recording:
+                engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
+        else:
+            engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
+        waits = counts.result() if counts else None
+        if waits is not None and perf:
+            waits = waits.join(sched_delays(recording.data, recording.roles, 1 + seconds).drop(
+                columns=["slices / s", "cpu %"]), how="outer")
         data = parse_datalink_log(datalink)
         acks = parse_datalink_log(acklink)
         sampled = ss_samples(ss.read_text())
@@ -159,7 +305,7 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
                "mean delay": float(np.mean(data.departure_delay)),
                "p95 delay": float(np.percentile(data.departure_delay, 95, method="nearest")),
                "p95 after 5 s": float(np.percentile(after_start_up, 95, method="nearest"))}
-    return figures, series
+    return figures, series, waits
 
 
 def plot(series: dict[tuple[str, int], pd.Series], path: Path, title: str) -> None:
@@ -193,6 +339,12 @@ def main() -> int:
     parser.add_argument("--row", default="12/20/100", metavar="RATE/DELAY/QUEUE[/LOSS%]",
                         help="the link: Mbit/s, one-way ms, DropTail packets and, optionally, the uplink's "
                              "random loss in percent (default 12/20/100)")
+    parser.add_argument("--sched", action="store_true",
+                        help="print what the scheduler counted for each process of each system over the middle "
+                             "half of each run: slices, CPU time and waits for a CPU")
+    parser.add_argument("--perf", action="store_true",
+                        help="with --sched: record the scheduler through each run (perf) and print how long each "
+                             "process waited for a CPU once woken (perturbs the run)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out",
                         help="where the plot of the delays over time goes (default experiments/out)")
     args = parser.parse_args()
@@ -203,16 +355,22 @@ def main() -> int:
             raise ValueError
     except ValueError:
         parser.error(f"--row {args.row!r}: give RATE/DELAY/QUEUE[/LOSS%], e.g. 24/30/150 or 30/10/400/0.2")
+    if args.perf and not args.sched:
+        parser.error("--perf adds to --sched: give both")
+    if args.perf and not shutil.which("perf"):
+        parser.error("--perf needs perf on PATH (Debian: apt-get install linux-perf)")
     systems = [("engine, ideal timing", Backend(timing="ideal")), ("engine, Mahimahi timing", Backend())]
     if shutil.which("mm-link") and args.mahimahi_user:
         systems.insert(0, ("real Mahimahi", Backend("mahimahi", args.mahimahi_user)))
     else:
         print("(no mm-link on PATH or no --mahimahi-user: the engine only)", file=sys.stderr)
-    rows, series = [], {}
+    rows, series, waits = [], {}, []
     for run in range(1, args.runs + 1):
         for name, backend in systems:
-            figures, series[name, run] = one_run(backend, row, args.runtime, run)
+            figures, series[name, run], sched = one_run(backend, row, args.runtime, run, args.sched, args.perf)
             rows.append({"system": name, "run": run, **figures})
+            if sched is not None:
+                waits.append(sched.assign(system=name, run=run).rename_axis("process").reset_index())
             print(f"run {run}: {name}: p95 {figures['p95 delay']:.1f} ms, after 5 s {figures['p95 after 5 s']:.1f}",
                   file=sys.stderr, flush=True)
     runs = pd.DataFrame(rows)
@@ -231,6 +389,13 @@ def main() -> int:
     print("\nthis host: how late a 1 ms poll() wakes (µs past the timeout; the engine's model of Mahimahi's "
           "shells draws it from 50–100, ferry.rs's WAKE_LATE_US):")
     print(lateness.to_string(float_format=lambda v: f"{v:.0f}"))
+    if waits:
+        print(f"\nper process, mean of {args.runs} runs, from the scheduler's counts over the middle half of each run: "
+              "slices (scheduled in) per s, share of a CPU, CPU time per slice and time waited for a CPU before it"
+              + (" (µs); from perf, waits for a CPU once woken (ms: percentiles, max, and longer than 0.5 ms per s)"
+                 if args.perf else " (µs)") + ":")
+        per_process = pd.concat(waits).groupby(["system", "process"], sort=False).mean(numeric_only=True)
+        print(per_process.drop(columns="run").to_string(float_format=lambda v: f"{v:.2f}"))
     args.out.mkdir(parents=True, exist_ok=True)
     figure = args.out / f"ack_timing_{args.row.replace('/', '-').rstrip('%')}_{time.strftime('%Y%m%dT%H%M%S')}.png"
     plot(series, figure, title)
