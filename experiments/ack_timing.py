@@ -209,6 +209,10 @@ class SchedCounts:
         return self.table
 
 
+#: Where perf finds the kernel's tracepoints.
+TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
 class SchedRecording:
     """`perf sched record` of the whole host while a run lasts, and a snapshot of its processes
     half-way through (Mahimahi's shells are gone when the run ends)."""
@@ -359,6 +363,9 @@ def main() -> int:
         parser.error("--perf adds to --sched: give both")
     if args.perf and not shutil.which("perf"):
         parser.error("--perf needs perf on PATH (Debian: apt-get install linux-perf)")
+    if args.perf and not any(Path(d, "events/sched").is_dir() for d in TRACEFS):
+        parser.error("--perf needs the kernel's scheduler tracepoints: mount tracefs first "
+                     "(mount -t tracefs nodev /sys/kernel/tracing)")
     systems = [("engine, ideal timing", Backend(timing="ideal")), ("engine, Mahimahi timing", Backend())]
     if shutil.which("mm-link") and args.mahimahi_user:
         systems.insert(0, ("real Mahimahi", Backend("mahimahi", args.mahimahi_user)))
