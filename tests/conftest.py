@@ -10,14 +10,18 @@ import pytest
 # fails again (pytest's summary counts the reruns). Only assertion failures are rerun: an error in
 # the code under test fails at once. A module-scoped fixture's runs are not redone (the plugin keeps
 # higher-scoped fixtures across a rerun), so such tests must bound their random quantities
-# themselves.
+# themselves. The rerun waits a little first: the host's stalls come in spells, and a rerun straight
+# after the failure can fall in the same one (CI runs had both tries of a ping test fail, about ten
+# seconds apart, on a host where the same test passed 8 times of 8 alone).
 REALTIME_RERUNS = 1
+REALTIME_RERUN_DELAY_S = 20
 
 
 def pytest_collection_modifyitems(config, items):
     root = os.geteuid() == 0
     skip = pytest.mark.skip(reason="needs root: creates network namespaces and TUN devices")
-    rerun = pytest.mark.flaky(reruns=REALTIME_RERUNS, only_rerun=["AssertionError"])
+    rerun = pytest.mark.flaky(reruns=REALTIME_RERUNS, reruns_delay=REALTIME_RERUN_DELAY_S,
+                              only_rerun=["AssertionError"])
     for item in items:
         if "needs_root" in item.keywords:
             item.add_marker(rerun if root else skip)
