@@ -45,6 +45,7 @@ Run as root, alone:  .venv/bin/python experiments/ack_timing.py --mahimahi-user 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import re
@@ -150,19 +151,18 @@ TIMEHIST = re.compile(r"^\s*([\d.]+)\s+\[(\d+)\]\s+(.+?)\[(\d+)(?:/\d+)?\]\s+([\
 
 
 def sched_delays(perf_data: Path, roles: dict[int, str], seconds: float) -> pd.DataFrame:
-    """Per role of `roles`: how often its tasks were scheduled in, their share of one CPU, and
-    how long one woken (its last slice ended asleep, not preempted) waited for a CPU (ms)."""
+    """Per role of `roles`: how long one of its tasks, once woken (its last slice ended asleep, not
+    preempted), waited for a CPU (ms)."""
     out = subprocess.run(["perf", "sched", "timehist", "--state", "-i", str(perf_data)], capture_output=True,
                          text=True, check=True).stdout
-    rows = [(int(m[4]), float(m[6]), float(m[7]), m[8]) for m in map(TIMEHIST.match, out.splitlines()) if m]
-    slices = pd.DataFrame(rows, columns=["tid", "sch_delay", "run", "state"])
+    rows = [(int(m[4]), float(m[6]), m[8]) for m in map(TIMEHIST.match, out.splitlines()) if m]
+    slices = pd.DataFrame(rows, columns=["tid", "sch_delay", "state"])
     slices["role"] = slices.tid.map(roles)
     slices["woken"] = ~slices.groupby("tid").state.shift().fillna("R").str.startswith("R")
     table = {}
     for role, group in slices.dropna(subset=["role"]).groupby("role"):
         woken = group.sch_delay[group.woken]
-        table[role] = {"slices / s": len(group) / seconds, "cpu %": 100 * group.run.sum() / 1e3 / seconds,
-                       **{f"wait p{q:g}": np.percentile(woken, q) if len(woken) else np.nan
+        table[role] = {**{f"wait p{q:g}": np.percentile(woken, q) if len(woken) else np.nan
                           for q in (50, 99, 99.9)},
                        "wait max": woken.max() if len(woken) else np.nan,
                        "waits > 0.5 ms / s": float((woken > 0.5).sum()) / seconds}
@@ -186,12 +186,13 @@ class SchedCounts:
 
     def __init__(self, start_s: float, end_s: float) -> None:
         self.table = pd.DataFrame()
+        self.roles: dict[int, str] = {}  # the run's processes, as `process_roles` found them at start_s
         self.thread = threading.Thread(target=self._sample, args=(start_s, end_s), daemon=True)
         self.thread.start()
 
     def _sample(self, start_s: float, end_s: float) -> None:
         time.sleep(start_s)
-        roles = process_roles()
+        self.roles = roles = process_roles()
         before = schedstat(list(roles))
         time.sleep(end_s - start_s)
         after = schedstat(list(before))
@@ -214,24 +215,19 @@ TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 
 class SchedRecording:
-    """`perf sched record` of the whole host while a run lasts, and a snapshot of its processes
-    half-way through (Mahimahi's shells are gone when the run ends)."""
+    """`perf sched record` of the whole host while a run lasts."""
 
-    def __init__(self, work: Path, snapshot_after_s: float) -> None:
+    def __init__(self, work: Path) -> None:
         self.data = work / "perf.data"
-        self.roles: dict[int, str] = {}
-        self.snapshot = threading.Timer(snapshot_after_s, lambda: self.roles.update(process_roles()))
         self.perf: subprocess.Popen | None = None
 
     def __enter__(self) -> SchedRecording:
         self.perf = subprocess.Popen(["perf", "sched", "record", "-a", "-q", "-o", str(self.data)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # perf has its events on
-        self.snapshot.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.snapshot.cancel()
         assert self.perf is not None
         self.perf.send_signal(signal.SIGINT)
         self.perf.wait(timeout=60)
@@ -270,15 +266,15 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
         datalink, acklink = w / "datalink.log", w / "acklink.log"
         logs = Logs(datalink=datalink, acklink=acklink)
         counts = SchedCounts(1 + seconds / 4, 1 + 3 * seconds / 4) if sched else None
-        if perf:
-            with SchedRecording(w, snapshot_after_s=1 + seconds / 2) as recording:
-                engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
-        else:
+        recording = SchedRecording(w) if perf else None
+        with recording or contextlib.nullcontext():
             engine.run(emulator, endpoints, workdir=w, stop_after=1 + seconds, logs=logs, backend=backend)
-        waits = counts.result() if counts else None
-        if waits is not None and perf:
-            waits = waits.join(sched_delays(recording.data, recording.roles, 1 + seconds).drop(
-                columns=["slices / s", "cpu %"]), how="outer")
+        waits = None
+        if counts:
+            waits = counts.result()
+            if recording:
+                # the processes as SchedCounts found them: Mahimahi's shells are gone when the run ends
+                waits = waits.join(sched_delays(recording.data, counts.roles, 1 + seconds), how="outer")
         data = parse_datalink_log(datalink)
         acks = parse_datalink_log(acklink)
         sampled = ss_samples(ss.read_text())
