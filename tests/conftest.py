@@ -29,3 +29,20 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_root: creates network namespaces and TUN devices (run as root)")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Why each rerun test failed its first try: the plugin lists reruns by name only, and the
+    first failure's message (a ping's RTTs, the CPU the hypervisor took) says whether the host or
+    the engine was at fault."""
+    reruns = terminalreporter.stats.get("rerun", [])
+    if not reruns:
+        return
+    terminalreporter.section("why the rerun tests failed their first try")
+    for report in reruns:
+        message = report.longreprtext.strip().splitlines()
+        failed = [line for line in message if line.startswith("E ")] or message[-1:]
+        captured = [line for title, text in report.sections if "stdout" in title for line in text.splitlines()]
+        terminalreporter.line(f"{report.nodeid}:")
+        for line in [*failed[:12], *captured[-5:]]:
+            terminalreporter.line(f"    {line[:300]}")
