@@ -11,6 +11,8 @@ queue (`--row` for another, with random uplink loss if wanted), through
 For each it prints, from the run's own Pantheon logs and `ss -tin` samples of the sender:
 
 - the spacing of ACK arrivals at the sender (percentiles; ideal timing keeps them on the ms grid),
+  and where its tail arises: the p99 gap of the same ACKs as the receiver sent them, and how far
+  the ACK path's p99 delay lies above its median,
 - the sub-millisecond phase at which ACKs arrive (how spread over the ms they are),
 - BBR's bandwidth estimate (`ss`'s bbr:(bw:...)) against the link's payload rate: a max-filtered
   estimate above the link rate makes BBR cwnd-limited, i.e. it keeps a standing queue,
@@ -244,6 +246,13 @@ def host_wake_lateness() -> pd.DataFrame:
     return pd.DataFrame(rows).T
 
 
+def train_gaps(times_ms: np.ndarray) -> np.ndarray:
+    """The gaps between ACK arrivals, in ms; ACKs within 0.2 ms of each other (a train of one
+    wake-up) are one arrival."""
+    gaps = np.diff(times_ms)
+    return gaps[gaps > 0.2]
+
+
 def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float, seed: int,
             sched: bool = False, perf: bool = False) -> tuple[dict[str, float], pd.Series, pd.DataFrame | None]:
     """The run's figures, its one-way delay over time (mean per 100 ms, indexed by seconds) and,
@@ -281,8 +290,11 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
         counters = nstat_counters(nstat.read_text()) if nstat.exists() else {}
     steady = acks.departure_ts > acks.departure_ts[0] + 3000  # after start-up
     t = acks.departure_ts[steady]
-    gaps = np.diff(t)
-    gaps = gaps[gaps > 0.2]  # ACK trains of one wake-up are one arrival
+    gaps = train_gaps(t)
+    # where the ACK stalls arise: already as the receiver sends them (the data path and the
+    # receiver), or on their way back (the ACK path's shells)
+    sent_gaps = train_gaps(np.sort(t - acks.departure_delay[steady]))
+    ack_delay = acks.departure_delay[steady]
     phase = t % 1.0
     sampled = sampled[sampled.bw > 0.5 * payload_mbps]  # the data connection, past start-up
     bdp = payload_mbps * 1e6 / 8 / 1448 * 2 * delay / 1e3  # segments over the path's own RTT
@@ -294,6 +306,8 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
     series.index = series.index / 10
     figures = {"ack gap p5": np.percentile(gaps, 5), "ack gap p50": np.percentile(gaps, 50),
                "ack gap p95": np.percentile(gaps, 95), "ack gap p99": np.percentile(gaps, 99),
+               "ack gap p99 as sent": np.percentile(sent_gaps, 99),
+               "ack path p99 - p50": float(np.percentile(ack_delay, 99) - np.percentile(ack_delay, 50)),
                "ack phase sd": float(np.std(phase)),
                "bbr bw / link %": 100 * (sampled.bw.median() / payload_mbps - 1),
                "bbr mrtt": float(sampled.mrtt.median()),
