@@ -29,11 +29,18 @@ Run as root, alone on the machine (both emulators are real-time):
     .venv/bin/python experiments/vs_mahimahi.py --reference                     # no Mahimahi here
 
 Writes a CSV per run and a plot (engine vs Mahimahi p95, with spreads) to experiments/out/.
+Each engine run records the build of calibrate-link that made it (`build`: the first 12 hex
+digits of the binary's SHA-256), so a change to the engine can be run alone and set against
+Mahimahi's runs of earlier invocations, without pooling it with another build's:
+
+    .venv/bin/python experiments/vs_mahimahi.py --systems engine --against out/vs_mahimahi_runs_A.csv,...
+    .venv/bin/python experiments/vs_mahimahi.py --report A.csv,B.csv --build 1a2b3c
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -45,7 +52,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import mannwhitneyu
 
-from calibrate import engine
+from calibrate import binaries, engine
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Backend, Endpoint, Logs
 from calibrate.metrics import parse_datalink_log
@@ -176,6 +183,7 @@ def run_matrix(args: argparse.Namespace, runs_csv: Path) -> pd.DataFrame:
                 else Backend("engine", timing=timing, realtime_priority=priority))
                for name, timing in SYSTEMS.items() if name in args.systems]
     records: list[dict[str, object]] = []
+    build = engine_build()
     total = sum(len(filter_schemes(r, args.schemes)) for r in rows) * args.replicates * len(systems)
     done = 0
     started = time.monotonic()
@@ -187,7 +195,8 @@ def run_matrix(args: argparse.Namespace, runs_csv: Path) -> pd.DataFrame:
                     for system, backend in systems:
                         m = measure(row, scheme, backend, replicate, args.runtime, args.seed, scratch)
                         records.append({"row": row.name, "scheme": scheme, "system": system,
-                                        "replicate": replicate, **m})
+                                        "replicate": replicate, **m,
+                                        "build": build if system != "mahimahi" else None})
                         done += 1
                         elapsed = time.monotonic() - started
                         shown = (f"p95 {m['p95']:.1f} ms, {m['tput']:.2f} Mbit/s" if m["valid"]
@@ -201,6 +210,11 @@ def run_matrix(args: argparse.Namespace, runs_csv: Path) -> pd.DataFrame:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return runs_frame(records)
+
+
+def engine_build() -> str:
+    """Which calibrate-link made a run: the first 12 hex digits of the binary's SHA-256."""
+    return hashlib.sha256(binaries.find(binaries.LINK).read_bytes()).hexdigest()[:12]
 
 
 def runs_frame(records: list[dict[str, object]]) -> pd.DataFrame:
@@ -325,19 +339,21 @@ def main() -> int:
                         help="the engine's run N draws its losses from seed·1000 + N (and Poisson traces "
                              "come from seed) (default: a fresh one per invocation, printed)")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--report", type=Path, metavar="RUNS_CSV",
+    parser.add_argument("--report", metavar="RUNS_CSV",
                         help="print the tables of an earlier run's vs_mahimahi_runs_*.csv (several: comma-separated)")
+    parser.add_argument("--against", metavar="RUNS_CSV",
+                        help="with --systems lacking mahimahi: the runs files (comma-separated) whose Mahimahi "
+                             "runs the engine's are set against")
+    parser.add_argument("--build", metavar="PREFIX",
+                        help="keep only the engine runs of the calibrate-link build whose SHA-256 starts with "
+                             "PREFIX (the runs' `build` column; runs from before builds were recorded have none)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 30)
     if args.report:
-        files = [Path(p).resolve() for p in str(args.report).split(",") if p]
-        named_twice = sorted({str(f) for f in files if files.count(f) > 1})
-        if named_twice:
-            parser.error(f"--report names {', '.join(named_twice)} more than once: its runs would count twice")
-        runs = independent_runs(pd.concat([pd.read_csv(f) for f in files], ignore_index=True))
+        runs = independent_runs(of_build(read_runs(args.report, "--report", parser), args.build, parser))
         args.systems = ["mahimahi", *[s for s in SYSTEMS if s != "mahimahi" and s in set(runs["system"])]]
         report(runs, args, stamp)
         return 0
@@ -355,25 +371,73 @@ def main() -> int:
         parser.error("--mahimahi-user NAME is needed to run Mahimahi's shells (they refuse root)")
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(args.systems) - set(SYSTEMS)
-    if unknown or "mahimahi" not in args.systems:
-        parser.error(f"--systems: choose mahimahi and one or more of engine, ideal (got {args.systems})")
+    engines = [s for s in args.systems if s != "mahimahi"]
+    if unknown or not engines:
+        parser.error(f"--systems: choose one or more of engine, ideal, with or without mahimahi (got {args.systems})")
+    earlier = None
+    if "mahimahi" not in args.systems:
+        if not args.against:
+            parser.error("--systems without mahimahi: name earlier runs files with Mahimahi's runs (--against "
+                         "A.csv,B.csv), or add mahimahi")
+        earlier = read_runs(args.against, "--against", parser)
+        earlier = earlier[earlier["system"] == "mahimahi"]
+        if earlier.empty:
+            parser.error(f"--against {args.against}: no Mahimahi runs in these files")
     runs_csv = args.out / f"vs_mahimahi_runs_{stamp}.csv"
     print(f"runs: {runs_csv} (after each row and scheme)", file=sys.stderr, flush=True)
     runs = run_matrix(args, runs_csv)
-    report(runs, args, stamp)
+    if earlier is not None:
+        ran = earlier.set_index(["row", "scheme"]).index.isin(runs.set_index(["row", "scheme"]).index)
+        runs = pd.concat([earlier[ran], runs], ignore_index=True)
+        args.systems = ["mahimahi", *engines]
+    report(independent_runs(runs), args, stamp)
     return 0
+
+
+def read_runs(spec: str, option: str, parser: argparse.ArgumentParser) -> pd.DataFrame:
+    """The runs of the comma-separated runs files `spec`, each named once."""
+    files = [Path(p).resolve() for p in spec.split(",") if p]
+    named_twice = sorted({str(f) for f in files if files.count(f) > 1})
+    if named_twice:
+        parser.error(f"{option} names {', '.join(named_twice)} more than once: its runs would count twice")
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        parser.error(f"{option}: no such runs file: {', '.join(missing)}")
+    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+
+
+def of_build(runs: pd.DataFrame, prefix: str | None, parser: argparse.ArgumentParser) -> pd.DataFrame:
+    """Mahimahi's runs, and the engine runs of the build `prefix` names (all, if none); says which
+    builds the engine runs pooled come from when they are several."""
+    if "build" not in runs:
+        runs = runs.assign(build=None)
+    engine_runs = runs["system"] != "mahimahi"
+    builds = runs.loc[engine_runs, "build"].fillna("not recorded")
+    if prefix is not None:
+        keep = builds.str.startswith(prefix)
+        if not keep.any():
+            parser.error(f"--build {prefix}: no engine run of such a build (builds: {', '.join(sorted(set(builds)))})")
+        return runs[~engine_runs | keep.reindex(runs.index, fill_value=False)]
+    counts = builds.value_counts()
+    if len(counts) > 1:
+        print("engine runs of several calibrate-link builds pooled (--build PREFIX keeps one): "
+              + ", ".join(f"{b}: {n}" for b, n in counts.items()), file=sys.stderr)
+    return runs
 
 
 def independent_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs pooled from several invocations, each engine draw of losses once: a run that repeats
-    another's (row, scheme, system, loss seed) saw the very same losses. Files written before runs
-    recorded their seed came from the old default, --seed 0, whose run N drew seed N."""
+    another's (row, scheme, system, loss seed) with the same build saw the very same losses. Files
+    written before runs recorded their seed came from the old default, --seed 0, whose run N drew
+    seed N."""
     runs = runs.copy()
     if "loss_seed" not in runs:
         runs["loss_seed"] = np.nan
+    if "build" not in runs:
+        runs["build"] = None
     engine_runs = runs["system"] != "mahimahi"
     runs.loc[engine_runs & runs["loss_seed"].isna(), "loss_seed"] = runs["replicate"]
-    repeated = engine_runs & runs.duplicated(["row", "scheme", "system", "loss_seed"])
+    repeated = engine_runs & runs.duplicated(["row", "scheme", "system", "loss_seed", "build"])
     if repeated.any():
         print(f"{int(repeated.sum())} engine runs repeat another's loss seed (the same losses): "
               "each counted once", file=sys.stderr)
