@@ -293,8 +293,8 @@ def one_run(backend: Backend, row: tuple[float, int, int, float], seconds: float
     gaps = train_gaps(t)
     # where the ACK stalls arise: already as the receiver sends them (the data path and the
     # receiver), or on their way back (the ACK path's shells)
-    sent_gaps = train_gaps(np.sort(t - acks.departure_delay[steady]))
     ack_delay = acks.departure_delay[steady]
+    sent_gaps = train_gaps(np.sort(t - ack_delay))
     phase = t % 1.0
     sampled = sampled[sampled.bw > 0.5 * payload_mbps]  # the data connection, past start-up
     bdp = payload_mbps * 1e6 / 8 / 1448 * 2 * delay / 1e3  # segments over the path's own RTT

@@ -345,8 +345,9 @@ def main() -> int:
                         help="with --systems lacking mahimahi: the runs files (comma-separated) whose Mahimahi "
                              "runs the engine's are set against")
     parser.add_argument("--build", metavar="PREFIX",
-                        help="keep only the engine runs of the calibrate-link build whose SHA-256 starts with "
-                             "PREFIX (the runs' `build` column; runs from before builds were recorded have none)")
+                        help="with --report: keep only the engine runs of the calibrate-link build whose SHA-256 "
+                             "starts with PREFIX (the runs' `build` column; runs from before builds were recorded "
+                             "have none)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -395,7 +396,8 @@ def main() -> int:
 
 
 def read_runs(spec: str, option: str, parser: argparse.ArgumentParser) -> pd.DataFrame:
-    """The runs of the comma-separated runs files `spec`, each named once."""
+    """The runs of the comma-separated runs files `spec`, each named once; files from before runs
+    recorded their build have it empty."""
     files = [Path(p).resolve() for p in spec.split(",") if p]
     named_twice = sorted({str(f) for f in files if files.count(f) > 1})
     if named_twice:
@@ -403,14 +405,13 @@ def read_runs(spec: str, option: str, parser: argparse.ArgumentParser) -> pd.Dat
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         parser.error(f"{option}: no such runs file: {', '.join(missing)}")
-    return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    runs = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    return runs if "build" in runs else runs.assign(build=None)
 
 
 def of_build(runs: pd.DataFrame, prefix: str | None, parser: argparse.ArgumentParser) -> pd.DataFrame:
     """Mahimahi's runs, and the engine runs of the build `prefix` names (all, if none); says which
     builds the engine runs pooled come from when they are several."""
-    if "build" not in runs:
-        runs = runs.assign(build=None)
     engine_runs = runs["system"] != "mahimahi"
     builds = runs.loc[engine_runs, "build"].fillna("not recorded")
     if prefix is not None:
@@ -433,8 +434,6 @@ def independent_runs(runs: pd.DataFrame) -> pd.DataFrame:
     runs = runs.copy()
     if "loss_seed" not in runs:
         runs["loss_seed"] = np.nan
-    if "build" not in runs:
-        runs["build"] = None
     engine_runs = runs["system"] != "mahimahi"
     runs.loc[engine_runs & runs["loss_seed"].isna(), "loss_seed"] = runs["replicate"]
     repeated = engine_runs & runs.duplicated(["row", "scheme", "system", "loss_seed", "build"])
