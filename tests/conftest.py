@@ -9,10 +9,12 @@ import pytest
 # real-time test whose assertion fails runs once more, on fresh runs of its own, and fails only if it
 # fails again (pytest's summary counts the reruns). Only assertion failures are rerun: an error in
 # the code under test fails at once. A module-scoped fixture's runs are not redone (the plugin keeps
-# higher-scoped fixtures across a rerun), so such tests must bound their random quantities
-# themselves. The rerun waits a little first: the host's stalls come in spells, and a rerun straight
-# after the failure can fall in the same one (CI runs had both tries of a ping test fail, about ten
-# seconds apart, on a host where the same test passed 8 times of 8 alone).
+# higher-scoped fixtures across a rerun), so a test that reads one makes fresh runs of its own when
+# it is rerun (the `first_try` fixture says which try it is); otherwise the rerun would reassert
+# the very runs the host spoiled. The rerun waits a little first: the host's stalls come in
+# spells, and a rerun straight after the failure can fall in the same one (CI runs had both tries
+# of a ping test fail, about ten seconds apart, on a host where the same test passed 8 times of 8
+# alone).
 REALTIME_RERUNS = 1
 REALTIME_RERUN_DELAY_S = 20
 
@@ -25,6 +27,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "needs_root" in item.keywords:
             item.add_marker(rerun if root else skip)
+
+
+@pytest.fixture
+def first_try(request) -> bool:
+    """False when this is a real-time test's rerun: its first try failed, and a module fixture's
+    runs, which the rerun keeps, are the ones that failed it."""
+    return getattr(request.node, "execution_count", 1) <= 1
 
 
 def pytest_configure(config):
