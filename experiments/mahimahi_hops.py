@@ -41,6 +41,8 @@ from pathlib import Path
 import pandas as pd
 
 from calibrate.metrics import parse_datalink_log
+from calibrate.scripted import RunPaths
+from calibrate.targets.datadir import METADATA, read_metadata
 
 TCP = 6
 ACK_MAX_BYTES = 120  # an IP packet this short is a pure ACK (headers and SACK blocks, no payload)
@@ -94,16 +96,17 @@ def hops(trace: Path, after_s: float) -> dict[str, pd.DataFrame]:
 
 
 def engine_ack_path(data_dir: Path, after_s: float) -> pd.DataFrame:
-    """The engine's whole ACK path per run, from its Pantheon acklink logs."""
+    """The engine's whole ACK path per scheme and run, from the Pantheon acklink logs its
+    metadata names."""
+    if not (data_dir / METADATA).is_file():
+        raise SystemExit(f"--engine {data_dir}: no {METADATA} there: give a `calibrate emulate` data dir")
+    meta = read_metadata(data_dir / METADATA)
     rows = []
-    for log in sorted(data_dir.glob("*_acklink_run*.log")):
-        if log.name.split("_acklink_run")[0].endswith("_mm"):
-            continue  # the Mahimahi-format log of the same run
-        acks = parse_datalink_log(log)
-        delays = pd.Series(acks.departure_delay[acks.departure_ts >= after_s * 1000])
-        rows.append({"run": log.stem.rsplit("_run", 1)[-1], **summary(delays)})
-    if not rows:
-        raise SystemExit(f"--engine {data_dir}: no *_acklink_run*.log there: give a `calibrate emulate` data dir")
+    for cc in meta.schemes:
+        for run in range(meta.start_run_id, meta.start_run_id + (meta.run_times or 1)):
+            acks = parse_datalink_log(RunPaths.of(data_dir, cc, run).acklink)
+            delays = pd.Series(acks.departure_delay[acks.departure_ts >= after_s * 1000])
+            rows.append({"scheme": cc, "run": run, **summary(delays)})
     return pd.DataFrame(rows)
 
 
