@@ -141,6 +141,13 @@ def test_kernel_tcp_fills_the_link_and_the_queue(solo_cubic):
     assert low <= stats.total.delay_ms <= high, stats.total
     assert result.summary["uplink"]["queue_dropped_packets"] > 0
     assert list(stats.flows) == [1]
+    # The loop reports how late it wrote each packet it delivered (how late is the host's, not bounded).
+    for direction in ("uplink", "downlink"):
+        summary = result.summary[direction]
+        late = summary["release_lateness"]
+        assert late["packets"] == summary["delivered_packets"] > 0, summary
+        assert 0 <= late["p50_ms"] <= late["p99_ms"] <= late["p999_ms"] <= late["max_ms"], late
+        assert 0 <= late["over_1ms_packets"] <= late["packets"], late
 
 
 def test_a_source_that_connects_before_its_sink_listens_is_one_flow(tmp_path):

@@ -10,6 +10,7 @@ use crate::endpoint::{self, EndpointSpec, SideName};
 use crate::mahimahi::{Measurement, Shells};
 use crate::error::{Error, Result};
 use crate::flows::Flows;
+use crate::lateness::Lateness;
 use crate::link::Link;
 use crate::logs::{DirectionLogs, LinkDescription, MahimahiLog, PantheonLog};
 use crate::loss::Loss;
@@ -66,6 +67,7 @@ struct Direction {
     counters: Counters,
     released: Vec<(u64, Packet)>,
     scratch: Vec<Packet>,
+    lateness: Lateness,
 }
 
 impl Direction {
@@ -107,10 +109,11 @@ impl Direction {
     /// Emulate up to `now` and write out everything that left the path.
     fn advance(&mut self, now_us: u64, clock: &Clock, pool: &mut Vec<Vec<u8>>) {
         self.path.release(now_us, &mut self.released, &mut self.scratch, &mut self.logs);
-        for (_, packet) in self.released.drain(..) {
+        for (due_us, packet) in self.released.drain(..) {
             let n = unsafe { libc::write(self.output, packet.data.as_ptr() as *const libc::c_void, packet.data.len()) };
             if n == packet.data.len() as isize {
                 let at_us = clock.now_us();
+                self.lateness.record(due_us, at_us);
                 self.counters.delivered_packets += 1;
                 self.counters.delivered_bytes += packet.data.len() as u64;
                 if let Some(log) = &mut self.logs.pantheon {
@@ -139,6 +142,7 @@ impl Direction {
             "loss_dropped_packets": c.arrived_packets.saturating_sub(c.delivered_packets + c.write_errors + in_flight + self.logs.queue_drops),
             "in_flight_packets": in_flight,
             "write_errors": c.write_errors,
+            "release_lateness": self.lateness.summary(),
         })
     }
 }
@@ -307,6 +311,7 @@ impl Emulation {
                         counters: Counters::default(),
                         released: Vec::new(),
                         scratch: Vec::new(),
+                        lateness: Lateness::default(),
                     },
                     Direction {
                         name: "downlink",
@@ -317,6 +322,7 @@ impl Emulation {
                         counters: Counters::default(),
                         released: Vec::new(),
                         scratch: Vec::new(),
+                        lateness: Lateness::default(),
                     },
                 ];
                 Ok(Emulation::Engine { sender, receiver, directions })
