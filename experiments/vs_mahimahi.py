@@ -29,9 +29,12 @@ Run as root, alone on the machine (both emulators are real-time):
     .venv/bin/python experiments/vs_mahimahi.py --reference                     # no Mahimahi here
 
 Writes a CSV per run and a plot (engine vs Mahimahi p95, with spreads) to experiments/out/.
-Each engine run records the build of calibrate-link that made it (`build`: the first 12 hex
-digits of the binary's SHA-256), so a change to the engine can be run alone and set against
-Mahimahi's runs of earlier invocations, without pooling it with another build's:
+Each engine run records how late the engine's loop wrote its data packets out against the
+model's times (`late p99`, `late max` in ms and `late >1ms %`, from the summary's
+`release_lateness`), so that a run the host held off the CPU can be told from the path, and the
+build of calibrate-link that made it (`build`: the first 12 hex digits of the binary's SHA-256),
+so a change to the engine can be run alone and set against Mahimahi's runs of earlier
+invocations, without pooling it with another build's:
 
     .venv/bin/python experiments/vs_mahimahi.py --systems engine --against out/vs_mahimahi_runs_A.csv,...
     .venv/bin/python experiments/vs_mahimahi.py --report A.csv,B.csv --build 1a2b3c
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -125,9 +129,20 @@ def measure(row: Row, scheme_name: str, backend: Backend, replicate: int, runtim
         delays = one_way_delays(outcome.paths.datalink)
         m = outcome.stats.total
         return {"valid": True, "tput": m.tput_mbps, "p95": m.delay_ms, "mean": float(np.mean(delays)),
-                "loss": (m.loss or 0.0) * 100, "loss_seed": loss_seed}
+                "loss": (m.loss or 0.0) * 100, "loss_seed": loss_seed, **engine_lateness(outcome.paths.engine_summary)}
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def engine_lateness(summary: Path) -> dict[str, float]:
+    """How late the engine's loop wrote the data packets out against its model's times (its
+    summary's `release_lateness`, uplink): p99 and max in ms, and the per cent over 1 ms. Nothing
+    for Mahimahi's runs, whose shells write the packets."""
+    late = json.loads(summary.read_text()).get("uplink", {}).get("release_lateness") if summary.exists() else None
+    if not late or not late["packets"]:
+        return {}
+    return {"late p99": late["p99_ms"], "late max": late["max_ms"],
+            "late >1ms %": 100 * late["over_1ms_packets"] / late["packets"]}
 
 
 #: What runs the flows: real Mahimahi, or the engine with either timing model.
@@ -201,6 +216,8 @@ def run_matrix(args: argparse.Namespace, runs_csv: Path) -> pd.DataFrame:
                         elapsed = time.monotonic() - started
                         shown = (f"p95 {m['p95']:.1f} ms, {m['tput']:.2f} Mbit/s" if m["valid"]
                                  else f"invalid: {m['reason']}")
+                        if "late p99" in m:
+                            shown += f", engine late p99 {m['late p99']:.2f} ms, max {m['late max']:.1f} ms"
                         eta_min = elapsed / done * (total - done) / 60
                         print(f"[{done}/{total} {elapsed / 60:.0f} min, ETA {eta_min:.0f} min] "
                               f"{row.name} {scheme} {system} #{replicate}: {shown}", file=sys.stderr, flush=True)
