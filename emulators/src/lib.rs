@@ -6,8 +6,8 @@
 //! millisecond clock and poll loop, as Mahimahi's shells are, so that senders see Mahimahi's
 //! timing (the default; the idealised single-clock [`stage::Pipeline`] remains as an option).
 //! Around it sit the real-time pieces: network namespaces and TUN devices ([`netns`]), endpoint
-//! processes ([`endpoint`]), logs ([`logs`]) and the deadline-driven event loop ([`realtime`]), which reports how late it
-//! wrote packets out against the model's times ([`lateness`]).
+//! processes ([`endpoint`]), logs ([`logs`]) and the deadline-driven event loop ([`realtime`]),
+//! which reports how late it wrote packets out against the model's times ([`lateness`]).
 //! [`mahimahi`] and [`tap`] run the same endpoints through the user's real Mahimahi shells
 //! instead, measured by packet taps at both ends.
 
