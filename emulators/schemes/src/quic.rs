@@ -42,11 +42,13 @@ pub enum QuicCc {
     Cubic,
     NewReno,
     Bbr,
+    /// PORT IN PROGRESS: proto-quic 54 (Pantheon 2017) as it behaved, with its per-round-trip cap.
+    Cubic2017,
 }
 
 impl QuicCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [QuicCc; 3] = [QuicCc::Cubic, QuicCc::NewReno, QuicCc::Bbr];
+    pub const ALL: [QuicCc; 4] = [QuicCc::Cubic, QuicCc::NewReno, QuicCc::Bbr, QuicCc::Cubic2017];
 
     /// The `controller` that names it in the registry file (calibrate/data/schemes.json).
     pub fn name(self) -> &'static str {
@@ -54,6 +56,7 @@ impl QuicCc {
             QuicCc::Cubic => "cubic",
             QuicCc::NewReno => "newreno",
             QuicCc::Bbr => "bbr",
+            QuicCc::Cubic2017 => "cubic-2017",
         }
     }
 
@@ -65,7 +68,7 @@ impl QuicCc {
 fn transport_config(cc: QuicCc) -> Result<Arc<TransportConfig>, String> {
     let mut t = TransportConfig::default();
     match cc {
-        QuicCc::Cubic => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
+        QuicCc::Cubic | QuicCc::Cubic2017 => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
         QuicCc::NewReno => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
     };

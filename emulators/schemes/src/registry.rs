@@ -47,11 +47,28 @@ pub enum UdpCc {
     Copa,
     Ledbat,
     Saturator,
+    Saturator2017,
+    GregSaturator2017,
+    KohoCc2017,
+    Copa2017,
+    Ledbat2017,
+    Vegas2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 4] = [UdpCc::Vegas, UdpCc::Copa, UdpCc::Ledbat, UdpCc::Saturator];
+    pub const ALL: [UdpCc; 10] = [
+        UdpCc::Vegas,
+        UdpCc::Copa,
+        UdpCc::Ledbat,
+        UdpCc::Saturator,
+        UdpCc::Saturator2017,
+        UdpCc::GregSaturator2017,
+        UdpCc::KohoCc2017,
+        UdpCc::Copa2017,
+        UdpCc::Ledbat2017,
+        UdpCc::Vegas2017,
+    ];
 
     /// The `controller` that names it in the registry file.
     pub fn name(self) -> &'static str {
@@ -60,6 +77,12 @@ impl UdpCc {
             UdpCc::Copa => "copa",
             UdpCc::Ledbat => "ledbat",
             UdpCc::Saturator => "saturator",
+            UdpCc::Saturator2017 => "saturator-2017",
+            UdpCc::GregSaturator2017 => "greg_saturator-2017",
+            UdpCc::KohoCc2017 => "koho_cc-2017",
+            UdpCc::Copa2017 => "copa-2017",
+            UdpCc::Ledbat2017 => "ledbat-2017",
+            UdpCc::Vegas2017 => "vegas-2017",
         }
     }
 
@@ -73,6 +96,12 @@ impl UdpCc {
             UdpCc::Copa => Box::new(cc::Copa::new(mss)),
             UdpCc::Ledbat => Box::new(cc::Ledbat::new(mss)),
             UdpCc::Saturator => Box::new(cc::Saturator::new(mss)),
+            UdpCc::Saturator2017 => Box::new(cc::Saturator2017::new(mss)),
+            UdpCc::GregSaturator2017 => Box::new(cc::GregSaturator2017::new(mss)),
+            UdpCc::KohoCc2017 => Box::new(cc::KohoCc2017::new(mss)),
+            UdpCc::Copa2017 => Box::new(cc::Copa2017::new(mss)),
+            UdpCc::Ledbat2017 => Box::new(cc::Ledbat2017::new(mss)),
+            UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
         }
     }
 }

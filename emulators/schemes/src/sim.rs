@@ -2,7 +2,8 @@
 //! with the real transport logic ([`SenderCore`] and [`ReceiverFlow`]) and no sockets.
 //!
 //! The path: the sender's packets enter a DropTail queue of `queue_packets` drained at
-//! `rate` (1500-byte IP packets, one every 1 ms at 12 Mbit/s), then take `one_way_delay`
+//! `rate` (a 1500-byte IP packet, the default size, takes 1 ms at 12 Mbit/s; a controller
+//! with its own `payload_bytes` sends smaller ones), then take `one_way_delay`
 //! to reach the receiver; ACKs come back after `one_way_delay` with no queue, the shape
 //! of the emulator the calibration checks (12 Mbit/s, 20 ms, 100 packets).
 
@@ -13,9 +14,11 @@ use std::time::Duration;
 use crate::cc::Controller;
 use crate::transport::core::SenderCore;
 use crate::transport::receiver::ReceiverFlow;
-use crate::transport::wire::{Ack, IP_PACKET_BYTES};
+use crate::transport::wire::Ack;
 
-const PAYLOAD: u64 = 1472;
+pub const PAYLOAD: u64 = 1472;
+/// IPv4 and UDP headers on top of a payload.
+const HEADERS: u64 = 28;
 const FLOW: u64 = 42;
 
 pub struct Link {
@@ -39,11 +42,12 @@ pub struct Outcome {
     /// (arrival time, one-way delay) of every delivered packet.
     pub delays: Vec<(Duration, Duration)>,
     link_rate: f64,
+    packet_bytes: u64,
 }
 
 impl Outcome {
     pub fn utilization(&self) -> f64 {
-        let bits = self.delivered_packets as f64 * IP_PACKET_BYTES as f64 * 8.0;
+        let bits = self.delivered_packets as f64 * self.packet_bytes as f64 * 8.0;
         bits / (self.link_rate * self.duration.as_secs_f64())
     }
 
@@ -64,9 +68,10 @@ enum Event {
 }
 
 pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome {
-    let tx = Duration::from_secs_f64(IP_PACKET_BYTES as f64 * 8.0 / link.rate_bits_per_s);
+    let payload = cc.payload_bytes().unwrap_or(PAYLOAD);
+    let tx = Duration::from_secs_f64((payload + HEADERS) as f64 * 8.0 / link.rate_bits_per_s);
     let d = link.one_way_delay;
-    let mut core = SenderCore::new(cc, FLOW, PAYLOAD, 2 * d);
+    let mut core = SenderCore::new(cc, FLOW, payload, 2 * d);
     let mut receiver = ReceiverFlow::new(FLOW);
     let mut events: BinaryHeap<Reverse<(Duration, u64)>> = BinaryHeap::new();
     let mut payloads: std::collections::HashMap<u64, Event> = std::collections::HashMap::new();
@@ -78,6 +83,7 @@ pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome 
         dropped_packets: 0,
         delays: Vec::new(),
         link_rate: link.rate_bits_per_s,
+        packet_bytes: payload + HEADERS,
     };
     let mut now = Duration::ZERO;
     while now < duration {

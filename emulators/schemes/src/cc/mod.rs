@@ -10,14 +10,26 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 pub mod copa;
+pub mod copa_2017;
+pub mod greg_saturator_2017;
+pub mod koho_cc_2017;
 pub mod ledbat;
+pub mod ledbat_2017;
 pub mod saturator;
+pub mod saturator_2017;
 pub mod vegas;
+pub mod vegas_2017;
 
 pub use copa::Copa;
+pub use copa_2017::Copa2017;
+pub use greg_saturator_2017::GregSaturator2017;
+pub use koho_cc_2017::KohoCc2017;
 pub use ledbat::Ledbat;
+pub use ledbat_2017::Ledbat2017;
 pub use saturator::Saturator;
+pub use saturator_2017::Saturator2017;
 pub use vegas::Vegas;
+pub use vegas_2017::Vegas2017;
 
 /// What the transport learned from one acknowledgement.
 #[derive(Clone, Debug)]
@@ -58,7 +70,23 @@ pub struct LossEvent {
     pub bytes_in_flight: u64,
 }
 
+/// When the transport declares an outstanding packet lost, besides the loss timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossRule {
+    /// Once a packet sent this many later has arrived (TCP's duplicate-ACK threshold).
+    Reorder(u64),
+    /// Once a packet sent at least this long after it has been acknowledged (the 2017
+    /// saturators of pantheon-stimuli: 20 ms).
+    SentBefore(Duration),
+}
+
 /// The one interface between the transport and a congestion-control algorithm.
+///
+/// Besides ACKs and losses a controller may watch its own sends (`on_send`), ask to be woken
+/// without an ACK (`timer_deadline`/`on_timer`: an idle or retransmission timeout of the
+/// upstream program), and choose how the transport detects loss (`loss_rule`,
+/// `loss_timeout`) and how large its packets are (`payload_bytes`): the ports of Pantheon's
+/// programs differ in exactly these.
 pub trait Controller: Send {
     /// Scheme-facing name, for logs.
     fn name(&self) -> &'static str;
@@ -68,6 +96,28 @@ pub trait Controller: Send {
     fn cwnd(&self) -> u64;
     /// Pacing rate in bytes per second given the transport's smoothed RTT.
     fn pacing_rate(&self, srtt: Duration) -> f64;
+    /// A DATA packet with sequence number `seq` left at `now`.
+    fn on_send(&mut self, _now: Duration, _seq: u64) {}
+    /// UDP payload of one DATA packet where the upstream program used its own size; None
+    /// fills the 1500-byte IP packet.
+    fn payload_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// When the controller must be woken without an ACK, if ever.
+    fn timer_deadline(&self) -> Option<Duration> {
+        None
+    }
+    /// `timer_deadline` has passed (called at `now`).
+    fn on_timer(&mut self, _now: Duration) {}
+    /// How the transport detects loss before the timeout.
+    fn loss_rule(&self) -> LossRule {
+        LossRule::Reorder(crate::transport::core::REORDER_THRESHOLD)
+    }
+    /// How long a packet may stay unacknowledged before it is lost; None: the transport's
+    /// RFC 6298 timeout.
+    fn loss_timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Pacing gain of a window-based controller in slow start, and afterwards: Linux's

@@ -8,9 +8,10 @@
 //! Accounting is retransmission-free: the payload is junk, so a lost packet is simply
 //! recorded and reported to the controller, never resent.
 //!
-//! * Loss: a packet is lost once a packet sent `REORDER_THRESHOLD` = 3 later has arrived
-//!   (the receiver's bitmap says which did), or once it has been out for the RTT
-//!   estimator's loss timeout with no news, which catches tail losses and outages.
+//! * Loss: by the controller's [`LossRule`], by default once a packet sent
+//!   `REORDER_THRESHOLD` = 3 later has arrived (the receiver's bitmap says which did), or
+//!   once it has been out for the loss timeout with no news (the controller's, else the RTT
+//!   estimator's), which catches tail losses and outages.
 //! * Delivery rate (used by the saturator): when packet P is acknowledged, the bytes
 //!   delivered since P was sent divided by the longer of P's send interval and its ACK
 //!   interval, the usual estimator that discounts ACK compression.
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use super::rtt::RttEstimator;
 use super::wire::Ack;
-use crate::cc::{AckEvent, Controller, LossEvent};
+use crate::cc::{AckEvent, Controller, LossEvent, LossRule};
 
 pub const REORDER_THRESHOLD: u64 = 3;
 const MIN_BURST_CREDIT: Duration = Duration::from_micros(500);
@@ -55,6 +56,8 @@ pub struct SenderCore {
     flight: VecDeque<Sent>,
     bytes_in_flight: u64,
     largest_acked: Option<u64>,
+    /// Send time of the most recently sent packet known delivered.
+    newest_delivered_sent_at: Option<Duration>,
     rtt: RttEstimator,
     next_send_at: Duration,
     delivered: u64,
@@ -75,6 +78,7 @@ impl SenderCore {
             flight: VecDeque::new(),
             bytes_in_flight: 0,
             largest_acked: None,
+            newest_delivered_sent_at: None,
             rtt: RttEstimator::new(initial_rtt.max(Duration::from_micros(100))),
             next_send_at: Duration::ZERO,
             delivered: 0,
@@ -142,6 +146,7 @@ impl SenderCore {
         });
         self.bytes_in_flight += self.packet_bytes;
         self.counts.sent += 1;
+        self.cc.on_send(now, seq);
         let rate = self.pacing_rate();
         let gap = Duration::from_secs_f64(self.packet_bytes as f64 / rate);
         let credit = (gap * 2).max(MIN_BURST_CREDIT);
@@ -237,6 +242,10 @@ impl SenderCore {
             self.delivered_time = now;
         }
 
+        if newest.is_some() {
+            let sent = self.newest_delivered_sent_at.map_or(sent_at, |s| s.max(sent_at));
+            self.newest_delivered_sent_at = Some(sent);
+        }
         let highest = ack.highest.min(self.next_seq.saturating_sub(1));
         self.largest_acked = Some(self.largest_acked.map_or(highest, |l| l.max(highest)));
 
@@ -254,22 +263,46 @@ impl SenderCore {
         };
         self.cc.on_ack(&event);
 
-        // Packets REORDER_THRESHOLD or more below the highest arrival that did not arrive.
-        if let Some(largest) = self.largest_acked {
-            let mut idx = 0;
-            while idx < self.flight.len() && self.flight[idx].seq + REORDER_THRESHOLD <= largest {
-                if !self.flight[idx].delivered && !self.flight[idx].lost {
-                    self.declare_lost(idx, now);
+        match self.cc.loss_rule() {
+            // Packets `threshold` or more below the highest arrival that did not arrive.
+            LossRule::Reorder(threshold) => {
+                if let Some(largest) = self.largest_acked {
+                    let mut idx = 0;
+                    while idx < self.flight.len() && self.flight[idx].seq + threshold <= largest {
+                        if !self.flight[idx].delivered && !self.flight[idx].lost {
+                            self.declare_lost(idx, now);
+                        }
+                        idx += 1;
+                    }
                 }
-                idx += 1;
+            }
+            // Packets sent `gap` or more before the newest packet known delivered.
+            LossRule::SentBefore(gap) => {
+                if let Some(newest) = self.newest_delivered_sent_at {
+                    let mut idx = 0;
+                    while idx < self.flight.len() && self.flight[idx].sent_at + gap <= newest {
+                        if !self.flight[idx].delivered && !self.flight[idx].lost {
+                            self.declare_lost(idx, now);
+                        }
+                        idx += 1;
+                    }
+                }
             }
         }
         self.pop_settled();
     }
 
-    /// Declares lost every packet that has been out longer than the loss timeout.
+    fn loss_timeout(&self) -> Duration {
+        self.cc.loss_timeout().unwrap_or_else(|| self.rtt.loss_timeout())
+    }
+
+    /// Declares lost every packet that has been out longer than the loss timeout, and wakes
+    /// the controller if its own timer is due.
     pub fn on_timer(&mut self, now: Duration) {
-        let timeout = self.rtt.loss_timeout();
+        if self.cc.timer_deadline().is_some_and(|t| t <= now) {
+            self.cc.on_timer(now);
+        }
+        let timeout = self.loss_timeout();
         let mut idx = 0;
         while idx < self.flight.len() {
             let p = &self.flight[idx];
@@ -287,15 +320,13 @@ impl SenderCore {
     /// When the oldest outstanding packet times out, if any is outstanding.
     pub fn loss_deadline(&self) -> Option<Duration> {
         let p = self.flight.iter().find(|p| !p.delivered && !p.lost)?;
-        Some(p.sent_at + self.rtt.loss_timeout())
+        Some(p.sent_at + self.loss_timeout())
     }
 
-    /// The next time the sender needs to act without an ACK: a pacing slot or a timeout.
+    /// The next time the sender needs to act without an ACK: a pacing slot, a loss timeout
+    /// or the controller's own timer.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        match (self.send_allowed_at(), self.loss_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.send_allowed_at(), self.loss_deadline(), self.cc.timer_deadline()].into_iter().flatten().min()
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::SenderCore;
-use super::wire::{data_payload_bytes, Packet, HELLO_BYTES};
+use super::wire::{data_payload_bytes, Packet, DATA_HEADER_BYTES, HELLO_BYTES};
 use crate::cc::Controller;
 use crate::net;
 use crate::stats::Stats;
@@ -91,7 +91,10 @@ pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, 
     let flow = new_flow_id();
     let handshake_rtt = handshake(&sock, flow, start, connect_timeout, &peer)?;
 
-    let payload = data_payload_bytes(&peer);
+    // The controller's own packet size where its upstream program had one, never above what
+    // fits a 1500-byte IP packet nor below the DATA header.
+    let fill = data_payload_bytes(&peer);
+    let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, fill));
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
