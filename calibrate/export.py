@@ -11,7 +11,8 @@ RUN_DIR/export/ (or ``out``):
   can say); the run's wall time; provenance (target, run settings, calibrate version, export
   time); ``files``, every file of the export; ``units`` and ``fields``, what the numbers are
   (`fields_text`: delay_ms one-way, what f and its noise are, why noise can be null, whether
-  the loss error is part of f).
+  the loss error is part of f); ``scheme_fidelity``: per scored label, the implementation that
+  ran for it and its measured fidelity to the program Pantheon ran (a stand-in is marked).
 - ``mahimahi.txt``, ``pantheon_args.txt``, ``engine.txt``: the winner as a Mahimahi command line,
   as Pantheon ``test.py local`` arguments, and as this project's engine command
   (``calibrate-link``; with no endpoints it opens a shell, like mm-link);
@@ -20,7 +21,8 @@ RUN_DIR/export/ (or ``out``):
   to the export directory (``traces/NAME``): run them from there, or copy the directory along.
 - ``figure3.png`` / ``.svg``: the Pantheon paper's Figure 3 — per scheme, real (filled) and
   emulated (open) at (p95 one-way delay, throughput), one panel per link kind, captioned with
-  the ranges of values indistinguishable from the incumbent.
+  the ranges of values indistinguishable from the incumbent and the schemes scored (stand-ins
+  marked).
 - ``convergence.png``: f per evaluation and the best so far, per link kind.
 
 Each file is rendered into a hidden staging directory beside ``out`` and only then renamed into
@@ -53,6 +55,8 @@ from calibrate.ranges import Ranges
 from calibrate.runs.config import LINK_KINDS, emulator_of
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
 from calibrate.runs.loop import Calibration
+from calibrate.scheme_registry import ENTRIES
+from calibrate.schemes import PANTHEON_PREFIX
 
 EXPORT_DIR = "export"
 EXPORT_FORMAT = "calibrate-export"
@@ -173,6 +177,31 @@ def _scheme_rows(rows: Sequence[Mapping[str, Any]], ours: Mapping[str, str]) -> 
              "failures": r.get("failures", [])} for r in rows]
 
 
+def scheme_fidelity(ours: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Per scored label, the implementation that ran for it and its measured fidelity to the
+    program Pantheon ran, as this version's registry file records it."""
+    entries = {e.name: e for e in ENTRIES}
+    out: dict[str, dict[str, Any]] = {}
+    for label, name in ours.items():
+        entry = entries.get(name)
+        if name.startswith(PANTHEON_PREFIX):
+            out[label] = {"ran_as": name, "faithful": True, "difference": "Pantheon's own wrapper"}
+        elif entry is None or entry.fidelity is None:
+            out[label] = {"ran_as": name, "faithful": False, "difference": "fidelity not measured"}
+        else:
+            out[label] = {"ran_as": name, "faithful": entry.fidelity.faithful,
+                          "difference": entry.fidelity.difference(),
+                          "fidelity": entry.fidelity.to_json()}
+    return out
+
+
+def fidelity_caption(fidelity: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line for Figure 3: each scored label, what ran for it, and whether it is faithful."""
+    return "scored: " + ", ".join(
+        f"{label}{'' if v['ran_as'] == label else ' as ' + v['ran_as']}"
+        f"{'' if v['faithful'] else ' (STAND-IN)'}" for label, v in fidelity.items())
+
+
 def fields_text(include_loss: bool) -> dict[str, str]:
     """emulator.json's ``fields``: what its less obvious keys mean, for a reader of the file."""
     loss_term = ("it is part of f: this run was made with --include-loss" if include_loss else
@@ -238,6 +267,7 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
         "evaluations": len(run.records),
         "wall_s": result.get("wall_s"),
         "dropped": result.get("dropped", meta.get("dropped", {})),
+        "scheme_fidelity": scheme_fidelity(ours),
         "units": {"f, noise, floor, errors_pct, error_pct": "percent",
                   "loss, uplink_loss": "fraction", "paths": "relative to this directory",
                   "ranges": "[low, high] in the unit of the emulator key it is under"},
@@ -324,7 +354,14 @@ def figure3(report: Mapping[str, Any]) -> Any:
     prov = report["provenance"]["target"]["provenance"]
     title = " · ".join(p for p in (report["target"], prov.get("path_description")) if p)
     fig.suptitle(textwrap.shorten(title, width=60 * len(fig.axes), placeholder=" …"), fontsize=11)
-    fig.tight_layout()
+    if report.get("scheme_fidelity"):
+        fig.text(0.01, 0.005, textwrap.fill(fidelity_caption(report["scheme_fidelity"]),
+                                            width=int(60 * len(fig.axes) * 1.6)),
+                 ha="left", va="bottom", fontsize=7, color="dimgray")
+    if report.get("scheme_fidelity"):
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+    else:
+        fig.tight_layout()
     keep_labels_inside(fig, labels)
     return fig
 

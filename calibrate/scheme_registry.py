@@ -8,6 +8,13 @@ space's rules assume (`calibrate.space`: saturating, delay-based, rate-probing);
 whether ours is the implementation Pantheon ran; and how `calibrate-scheme` runs it, or nothing
 for Pantheon's schemes we do not implement (kept for their character and labels).
 
+A port of the program Pantheon ran names it (`port_of`: the Pantheon label, the eras in which
+Pantheon ran that program, the upstream at its pinned commit). Every implementation carries its
+measured fidelity (`fidelity`: against what, when, per metric the median and worst |Δ|, and
+whether it is faithful; `experiments/vs_pantheon_schemes.py --write-fidelity` writes it); kernel
+TCP is faithful by construction. A Pantheon label means the implementation of the target's era
+(`era_of`): Pantheon changed what some labels ran at the start of 2018.
+
 Everything downstream (targets, the scheme registry of this host in `calibrate.schemes`, the
 objective) speaks canonical names; targets keep the original label next to it so nothing is lost.
 This module is plain data: no subprocess, no host.
@@ -22,6 +29,14 @@ from importlib import resources
 from typing import Any, Literal
 
 REGISTRY_FILE = "schemes.json"
+
+#: Pantheon's eras of scheme builds (spec: ../shared/spec/pantheon-schemes.md): "2017" is Dec
+#: 2016 to the end of 2017 (genericCC 5101b0a, proto-quic 54, the saturators, koho_cc), "2018"
+#: from 2018 on (genericCC d0153f8, proto-quic 60, ...).
+ERAS: Mapping[str, str] = {"2017": "Dec 2016 - 2017", "2018": "2018 - 2020"}
+ERA_2018_FROM = "2018-01-01"
+#: the era assumed for a target without a date: most of Pantheon's archive is 2018-2020
+ASSUMED_ERA = "2018"
 
 Trait = Literal["saturating", "delay-based", "rate-probing"]
 TRAITS: tuple[Trait, ...] = ("saturating", "delay-based", "rate-probing")
@@ -40,6 +55,82 @@ class Implementation:
 
 
 @dataclass(frozen=True)
+class PortOf:
+    """The program Pantheon ran that an implementation ports."""
+
+    label: str  # Pantheon's label
+    eras: tuple[str, ...]  # the eras in which Pantheon ran that program under the label
+    upstream: str  # repository, commit, program and arguments
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and worst |Δ| of one metric over a benchmark's rows."""
+
+    median: float
+    worst: float
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How closely an implementation reproduces the program Pantheon ran, as measured."""
+
+    faithful: bool
+    against: str  # what it was compared with
+    measured: str | None = None  # ISO date
+    by_construction: str | None = None  # why it is the same program (kernel TCP)
+    tput_pct: Spread | None = None  # |Δ throughput| in %
+    p95_ms: Spread | None = None  # |Δ p95 one-way delay| in ms
+    loss_pct: Spread | None = None  # |Δ loss| in percentage points
+    rows: int | None = None
+    rows_passing: int | None = None
+    known_emulator: Mapping[str, float] | None = None  # signed tput_pct, p95_pct vs Pantheon 2017
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Fidelity:
+        def spread(key: str) -> Spread | None:
+            v = data.get(key)
+            return None if v is None else Spread(float(v["median"]), float(v["worst"]))
+        known = data.get("known_emulator")
+        return cls(bool(data["faithful"]), str(data.get("against", "")), data.get("measured"),
+                   data.get("by_construction"), spread("tput_pct"), spread("p95_ms"),
+                   spread("loss_pct"), data.get("rows"), data.get("rows_passing"),
+                   None if known is None else {k: float(v) for k, v in known.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"faithful": self.faithful, "against": self.against}
+        for key in ("measured", "by_construction", "rows", "rows_passing"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        for key in ("tput_pct", "p95_ms", "loss_pct"):
+            v = getattr(self, key)
+            if v is not None:
+                out[key] = {"median": v.median, "worst": v.worst}
+        if self.known_emulator is not None:
+            out["known_emulator"] = dict(self.known_emulator)
+        return out
+
+    def difference(self) -> str:
+        """The measured difference in a few words, e.g. "throughput |Δ| ≤ 3.1 %, p95 |Δ| ≤ 2.0 ms
+        against the upstream build (2026-11-27)"."""
+        if self.by_construction:
+            return self.by_construction
+        parts = []
+        if self.tput_pct is not None and self.p95_ms is not None:
+            parts.append(f"throughput |Δ| median {self.tput_pct.median:.1f} % (worst "
+                         f"{self.tput_pct.worst:.1f} %), p95 |Δ| median {self.p95_ms.median:.1f} ms "
+                         f"(worst {self.p95_ms.worst:.1f} ms)"
+                         + ("" if self.rows is None else
+                            f", {self.rows_passing}/{self.rows} rows pass"))
+        if self.known_emulator:
+            k = self.known_emulator
+            parts.append(f"on Pantheon's 2017 known emulator throughput {k['tput_pct']:+.0f} %, "
+                         f"p95 {k['p95_pct']:+.0f} %")
+        when = f" ({self.measured})" if self.measured else ""
+        return "; ".join(parts) + f" against {self.against}{when}" if parts else "not measured"
+
+
+@dataclass(frozen=True)
 class Entry:
     """One scheme of the registry file."""
 
@@ -49,6 +140,8 @@ class Entry:
     character: frozenset[Trait] = frozenset()
     note: str | None = None
     implementation: Implementation | None = None
+    port_of: PortOf | None = None
+    fidelity: Fidelity | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -69,11 +162,23 @@ class Entry:
                              f"use {', '.join(TRAITS)}")
         if impl is not None and (impl["kind"] not in KINDS or impl["run_first"] not in RUN_FIRST):
             raise ValueError(f"{REGISTRY_FILE}: {data['name']}: implementation {impl}")
+        port = data.get("port_of")
+        if port is not None and not set(port["eras"]) <= set(ERAS):
+            raise ValueError(f"{REGISTRY_FILE}: {data['name']}: unknown era in {port['eras']}; "
+                             f"use {', '.join(ERAS)}")
+        fidelity = data.get("fidelity")
+        if fidelity is None and impl is not None and impl["kind"] == "kernel-tcp":
+            fidelity = {"faithful": True, "against": "Pantheon's kernel schemes (iperf 2)",
+                        "by_construction": "the Linux kernel's own congestion control, as "
+                                           "Pantheon ran it under iperf 2"}
         return cls(str(data["name"]), tuple(data.get("pantheon_labels", ())),
                    tuple(data.get("aliases", ())), character, data.get("note"),
                    None if impl is None else Implementation(
                        str(impl["kind"]), str(impl["controller"]), str(impl["run_first"]),
-                       str(impl.get("description", ""))))
+                       str(impl.get("description", ""))),
+                   None if port is None else PortOf(str(port["label"]), tuple(port["eras"]),
+                                                    str(port.get("upstream", ""))),
+                   None if fidelity is None else Fidelity.from_json(fidelity))
 
 
 def _load() -> tuple[Entry, ...]:
@@ -101,6 +206,21 @@ def canonical_scheme(label: str) -> str:
     return CANONICAL.get(key, CANONICAL.get(key.lower(), key.lower()))
 
 
+def era_of(date: str | None) -> tuple[str, bool]:
+    """The era of Pantheon's scheme builds a measurement of `date` (ISO) belongs to, and whether
+    it was assumed (no date: `ASSUMED_ERA`)."""
+    if not date:
+        return ASSUMED_ERA, True
+    return ("2017" if str(date)[:10] < ERA_2018_FROM else "2018"), False
+
+
+def ports_of(label: str, era: str) -> tuple[Entry, ...]:
+    """The implemented entries that port what Pantheon ran as `label` in `era`."""
+    names = {label, canonical_scheme(label)}
+    return tuple(e for e in implemented()
+                 if e.port_of is not None and e.port_of.label in names and era in e.port_of.eras)
+
+
 def traits_of(names: Iterable[str]) -> frozenset[Trait]:
     """The character of a scheme known by any of `names`: the traits of every entry that answers
     to one of them (its name, Pantheon labels or aliases)."""
@@ -113,5 +233,6 @@ def having(trait: Trait) -> frozenset[str]:
     return frozenset(n for e in ENTRIES if trait in e.character for n in e.names)
 
 
-__all__ = ["Entry", "Implementation", "ENTRIES", "TRAITS", "canonical_scheme", "implemented",
-           "traits_of", "having"]
+__all__ = ["Entry", "Implementation", "PortOf", "Fidelity", "Spread", "ENTRIES", "TRAITS", "ERAS",
+           "ASSUMED_ERA", "canonical_scheme", "implemented", "era_of", "ports_of", "traits_of",
+           "having"]

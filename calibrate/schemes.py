@@ -16,9 +16,13 @@ both send or sink at full throttle until SIGTERM.  Two kinds stand behind that c
 The runner (calibrate.scripted) sees only `Scheme`; adding a scheme never touches it.
 
 A label (a Pantheon scheme key, a target's scheme name, or ours) resolves to the scheme whose
-name it is, else to the first available scheme that lists it as an alias: Pantheon's own wrapper
-first (it is the implementation Pantheon ran), then the built-ins in registry order — so `vegas`
-is the kernel's Vegas where the kernel offers it, else udp-vegas.
+name it is, else to Pantheon's own wrapper for it (the implementation Pantheon ran), else to the
+port of what Pantheon ran under the label in the target's era (`port_of` in the registry file),
+else to a built-in that lists it as an alias, a stand-in — so `vegas` is the kernel's Vegas where
+the kernel offers it, else the port of tcp_vegas.c, and `copa` of 2017 is the port of genericCC's
+Copa of that year. A calibration scores only faithful implementations unless a scheme is named
+(`resolve(..., substitutes=False)`), and a faithful one is always preferred: each carries its
+measured fidelity (`Scheme.fidelity`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Literal
 
 from calibrate import binaries
 from calibrate.errors import EnvironmentProblem, InputError
-from calibrate.scheme_registry import canonical_scheme, implemented
+from calibrate.scheme_registry import ERAS, Fidelity, PortOf, canonical_scheme, implemented
 
 Side = Literal["sender", "receiver"]
 SIDES: tuple[Side, Side] = ("receiver", "sender")
@@ -61,6 +65,20 @@ class Scheme:
     kind: str = ""  # kernel-tcp, quic, udp, pantheon-wrapper
     available: bool = True
     unavailable_reason: str | None = None
+    port_of: PortOf | None = None  # the program Pantheon ran that this ports
+    fidelity: Fidelity | None = None  # measured against that program (or by construction)
+
+    @property
+    def faithful(self) -> bool:
+        """Whether this is, or measurably behaves as, the program Pantheon ran: Pantheon's own
+        wrapper, kernel TCP, or a port whose measured fidelity passed."""
+        return self.kind == "pantheon-wrapper" or (self.fidelity is not None and self.fidelity.faithful)
+
+    def difference(self) -> str:
+        """Its measured difference from what Pantheon ran, in a few words."""
+        if self.kind == "pantheon-wrapper":
+            return "Pantheon's own wrapper"
+        return "fidelity not measured" if self.fidelity is None else self.fidelity.difference()
 
     @property
     def run_second(self) -> Side:
@@ -94,6 +112,11 @@ class Scheme:
         return {"name": self.name, "run_first": self.run_first, "aliases": list(self.aliases),
                 "kind": self.kind, "description": self.description, "note": self.note,
                 "available": self.available, "unavailable_reason": self.unavailable_reason,
+                "port_of": None if self.port_of is None else {
+                    "label": self.port_of.label, "eras": list(self.port_of.eras),
+                    "upstream": self.port_of.upstream},
+                "faithful": self.faithful,
+                "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
                 "first_command": self.command(self.run_first, 50001),
                 "second_command": self.command(self.run_second, 50001)}
 
@@ -110,27 +133,43 @@ class Registry:
     def get(self, name: str) -> Scheme | None:
         return next((s for s in self.schemes if s.name == name), None)
 
-    def candidates(self, label: str) -> list[Scheme]:
-        """Schemes that may stand for `label`, best first (see the module docstring)."""
+    def candidates(self, label: str, era: str | None = None) -> list[Scheme]:
+        """Schemes that may stand for `label` in `era` (None: ports are not considered), best
+        first (see the module docstring)."""
+        keys = list(dict.fromkeys([label, canonical_scheme(label)]))
         found: list[Scheme] = []
-        for key in dict.fromkeys([label, canonical_scheme(label)]):
+
+        def add(schemes: list[Scheme]) -> None:
+            found.extend(s for s in schemes if s not in found)
+
+        for key in keys:
             exact = self.get(key)
-            if exact is not None and exact not in found:
-                found.append(exact)
-            aliased = [s for s in self.schemes if key in s.aliases and s not in found]
-            found += [s for s in aliased if s.kind == "pantheon-wrapper"]
-            found += [s for s in aliased if s.kind != "pantheon-wrapper"]
+            add([] if exact is None else [exact])
+        add([s for s in self.schemes if s.kind == "pantheon-wrapper" and set(keys) & set(s.aliases)])
+        if era is not None:
+            add([s for s in self.schemes
+                 if s.port_of is not None and s.port_of.label in keys and era in s.port_of.eras])
+        add([s for s in self.schemes if set(keys) & set(s.aliases)])
         return found
 
-    def resolve(self, label: str) -> Scheme:
-        """The available scheme that runs for `label`, or an InputError saying why none can."""
-        candidates = self.candidates(label)
-        for scheme in candidates:
-            if scheme.available:
-                return scheme
+    def resolve(self, label: str, era: str | None = None, substitutes: bool = True) -> Scheme:
+        """The available scheme that runs for `label` in `era`, or an InputError saying why none
+        can. Without `substitutes`, only a faithful implementation will do."""
+        candidates = self.candidates(label, era)
+        available = [s for s in candidates if s.available]
+        usable = [s for s in available if s.faithful] + (
+            [s for s in available if not s.faithful] if substitutes else [])
+        if usable:
+            return usable[0]
+        in_era = "" if era is None else f" ({ERAS[era]} era)"
+        if available:
+            stand_in = available[0]
+            raise InputError(f"no faithful implementation of {label!r}{in_era} here; "
+                             f"{stand_in.name} stands in ({stand_in.difference()}); name {label} in "
+                             "--schemes to score it anyway")
         if candidates:
             why = "; ".join(f"{s.name}: {s.unavailable_reason}" for s in candidates)
-            raise InputError(f"scheme {label!r} is not available on this host ({why})")
+            raise InputError(f"scheme {label!r}{in_era} is not available on this host ({why})")
         raise InputError(f"unknown scheme {label!r}; available here: {', '.join(self.labels())} "
                          "(see `calibrate schemes`)")
 
@@ -179,7 +218,8 @@ def builtin_schemes() -> list[Scheme]:
             note=entry.note,
             kind=item.get("kind", entry.implementation.kind),
             available=bool(item.get("available")),
-            unavailable_reason=item.get("unavailable_reason") if item else missing_reason))
+            unavailable_reason=item.get("unavailable_reason") if item else missing_reason,
+            port_of=entry.port_of, fidelity=entry.fidelity))
     for name, item in listed.items():
         schemes.append(Scheme(name, item["run_first"], (program, name), (), item.get("description", ""),
                               "not one of Pantheon's schemes", item.get("kind", ""),

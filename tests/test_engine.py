@@ -246,6 +246,25 @@ def test_shell_mode_runs_the_command_in_the_sender_namespace(tmp_path):
     assert "inet 100.64.0.2 peer 100.64.0.1/32" in result.stdout
 
 
+
+def test_endpoints_get_pantheons_hosts_tcp_buffers_which_bound_an_unbounded_queue(tmp_path):
+    """On an unbounded queue only the socket buffers stop a kernel TCP flow: with Pantheon's
+    hosts' buffers, cubic at 10 Mbit/s and 28 ms holds about the 2.0 s of queue that Pantheon's
+    2017 default_tcp held over the same emulator (../shared/data/pantheon-known-emulators)."""
+    up, down = PATH_12.trace_paths(tmp_path)
+    shell = subprocess.run(
+        [str(binaries.find(binaries.LINK)), str(up), str(down), "--", "sh", "-c",
+         "cat /proc/sys/net/ipv4/tcp_wmem /proc/sys/net/ipv4/tcp_rmem"],
+        capture_output=True, text=True, timeout=30)
+    wmem, rmem = [line.split() for line in shell.stdout.splitlines()]
+    assert wmem == ["4096", "16384", "4194304"]
+    assert rmem[:2] == ["4096", "87380"] and rmem[2] in ("6291456", "4194304")
+    _, stats = tcp_run(tmp_path, EmulatorConfig(rate_mbps=10, delay_ms=28, queue=Queue()),
+                       seconds=24)  # the receive window grows for about 18 s
+    delays = parse_datalink_log(tmp_path / "datalink.log").departure_delay
+    assert 1700 < float(np.max(delays)) < 2700, float(np.max(delays))
+    assert stats.total.tput_mbps > 9.0
+
 # -- teardown and leaks -------------------------------------------------------------------------
 
 

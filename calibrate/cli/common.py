@@ -273,13 +273,20 @@ def workload_text(problem: Any, config: Any) -> str:
 
 
 def dropped_lines(problem: Any) -> list[str]:
-    """The notes for the target's schemes that are not scored: the ones without an
-    implementation here on one line, every other with its reason."""
+    """The notes for the target's schemes that are not scored (the ones without an
+    implementation here on one line, every other with its reason), a warning per stand-in
+    scored, and the era assumed for a target without a date."""
     unknown = [label for label, why in problem.dropped.items() if why.startswith("unknown scheme")]
     lines = [f"calibrate: not scored, no implementation on this host (see `calibrate schemes`): "
              f"{', '.join(unknown)}"] if unknown else []
-    return lines + [f"calibrate: not scored: {label}: {why}" for label, why in problem.dropped.items()
-                    if label not in unknown]
+    lines += [f"calibrate: not scored: {label}: {why}" for label, why in problem.dropped.items()
+              if label not in unknown]
+    lines += [f"calibrate: warning: {label} runs as a stand-in: {why}"
+              for label, why in problem.substitutes.items()]
+    if problem.era_assumed:
+        lines.append(f"calibrate: note: the target has no date; its labels are read as Pantheon's "
+                     f"{problem.era} era's schemes")
+    return lines
 
 
 def fmt_f(value: float | None) -> str:

@@ -60,8 +60,8 @@ RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 RUNS_MOUNT = "/runs"
 WORKER_GROUP = "emulators"
 #: what the engine writes inside each namespace it creates (emulators/src/netns.rs)
-ENGINE_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 16777216 536870912",
-                  "net.ipv4.tcp_wmem": "4096 16777216 536870912"}
+ENGINE_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 87380 4194304",  # Linux >= 6.6 (netns.rs: 6 MiB before)
+                  "net.ipv4.tcp_wmem": "4096 16384 4194304"}
 ENGINE_CAPABILITIES = ("NET_ADMIN", "SYS_ADMIN", "SYS_NICE")
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

@@ -32,7 +32,7 @@ from calibrate.errors import InputError
 from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
 from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
-from calibrate.scheme_registry import traits_of
+from calibrate.scheme_registry import era_of, traits_of
 from calibrate.schemes import Registry, Scheme, load_registry
 from calibrate.scripted import MAX_RUNTIME_S
 from calibrate.space import PARAMETERS, SchemeMeasurement, SearchSpace, space_from_target, warm_start
@@ -177,6 +177,11 @@ class Problem:
     workload: Workload  # what each run does (the target's flows and interval, our runtime)
     space: SearchSpace
     warm_start: Mapping[str, float]
+    #: label -> why the scheme that runs for it is not the program Pantheon ran (its measured
+    #: difference): a stand-in runs only for a scheme named in --schemes
+    substitutes: Mapping[str, str] = field(default_factory=dict)
+    era: str | None = None  # the era of Pantheon's scheme builds the labels were read in
+    era_assumed: bool = False  # the target has no date: the era is `ASSUMED_ERA`
 
     def flow_keys(self) -> list[str]:
         return [TOTAL] if self.workload.flows == 1 else [str(f) for f in range(1, self.workload.flows + 1)]
@@ -201,6 +206,8 @@ class Problem:
             "warm_start": dict(self.warm_start),
             "schemes": dict(self.schemes),
             "dropped": dict(self.dropped),
+            "substitutes": dict(self.substitutes),
+            "era": self.era, "era_assumed": self.era_assumed,
             "workload": self.workload.to_json(),
             "real": [{"scheme": key[0] if isinstance(key, tuple) else key,
                       "flow": key[1] if isinstance(key, tuple) else TOTAL,
@@ -228,6 +235,8 @@ class Problem:
                     # whole triples: problem_of scored these aggregates when the run began
                     real[label if workload.flows == 1 else (label, flow)] = Stats(*values[flow])  # type: ignore[misc]
         return cls(real=real, schemes=schemes, dropped=dict(data.get("dropped", {})),
+                   substitutes=dict(data.get("substitutes", {})), era=data.get("era"),
+                   era_assumed=bool(data.get("era_assumed", False)),
                    workload=workload,
                    space=SearchSpace.from_bounds({k: (float(v[0]), float(v[1]))
                                                   for k, v in space["bounds"].items()},
@@ -264,9 +273,15 @@ def _hints(labels: Sequence[str], schemes: Mapping[str, Scheme]
 
 
 def problem_of(target: Target, config: RunConfig, registry: Registry | None = None) -> Problem:
-    """Pick the schemes, read their aggregates, derive the space and the warm start."""
+    """Pick the schemes, read their aggregates, derive the space and the warm start.
+
+    Each label means the implementation Pantheon ran in the target's era (`era_of` its date). By
+    default only faithful implementations are scored; a scheme named in `config.schemes` runs
+    with a stand-in where no faithful one exists, and `substitutes` says how it differs."""
     registry = registry or registry_of(config)
     chosen = [target.scheme(name) for name in config.schemes] if config.schemes else list(target.schemes)
+    era, era_assumed = era_of(target.provenance.date)
+    substitutes: dict[str, str] = {}
     flows = target.workload.flows
     workload = Workload(flows, target.workload.interval_s, config.runtime_s, 1)
     flow_keys = _flow_keys(flows)
@@ -276,10 +291,13 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     space_stats: dict[str, SchemeMeasurement] = {}
     for s in chosen:
         try:
-            schemes[s.label] = registry.resolve(s.label)
+            schemes[s.label] = registry.resolve(s.label, era, substitutes=bool(config.schemes))
         except InputError as e:
             dropped[s.label] = str(e)
             continue
+        if not schemes[s.label].faithful:
+            substitutes[s.label] = (f"{schemes[s.label].name} is not the program Pantheon ran "
+                                    f"({schemes[s.label].difference()})")
         values = _aggregates(s, config.aggregate, flows)
         if any(v is None or None in v for v in (values[f] for f in flow_keys + [TOTAL])):
             dropped[s.label] = (f"the target has no {config.aggregate} of every metric for "
@@ -305,7 +323,8 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     start = warm_start(space_stats, saturating or None, delay_based, runtime_s,
                        rate_probing=rate_probing, evidence=evidence)
     return Problem(real, {label: s.name for label, s in schemes.items()}, dropped, workload,
-                   space, start)
+                   space, start, {k: v for k, v in substitutes.items() if k in schemes}, era,
+                   era_assumed)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,9 +19,32 @@ pub const SENDER_ADDRESS: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 2);
 pub const DEVICE: &str = "emu0";
 pub const MTU: i32 = 1500;
 
-/// Pantheon's `setup_system.py --set-all-mem`, for what is per-namespace (net.core.*mem_max
-/// are global in Linux and cannot be raised without touching the host).
-const SOCKET_BUFFERS: &str = "4096 16777216 536870912";
+/// The TCP socket buffers of Pantheon's hosts (Ubuntu's defaults, as a Pantheon report of 2019
+/// prints them; the 2017 hosts ran Ubuntu too): on an unbounded queue they alone bound a kernel
+/// TCP flow (Pantheon's 2017 default_tcp held about 2 s of queue at 10 Mbit/s), so they are
+/// part of the scheme. Set per namespace (net.core.*mem_max are global in Linux and are left
+/// alone; iperf 2 sets no buffer, so they do not apply).
+pub const TCP_WMEM: &str = "4096 16384 4194304";
+/// Ubuntu's receive buffer, for kernels that advertise a window of half the buffer
+/// (`tcp_adv_win_scale` = 1, as Pantheon's 4.x kernels did).
+pub const TCP_RMEM: &str = "4096 87380 6291456";
+/// From Linux 6.6 the advertised window is the buffer times the measured payload-to-truesize
+/// ratio instead (`tcp_adv_win_scale` is ignored), about two thirds on the engine's TUN path:
+/// Ubuntu's 6 MiB then opens a 4 MiB window (default_tcp queued 2.9 s at 10 Mbit/s, 28 ms,
+/// where Pantheon's hosts queued 2.0 s), and 4 MiB opens about the window they had (2.1 s).
+pub const TCP_RMEM_SCALING_RATIO: &str = "4096 87380 4194304";
+
+/// The receive buffer that gives this kernel Pantheon's hosts' receive window.
+fn tcp_rmem() -> &'static str {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    if version >= (6, 6) {
+        TCP_RMEM_SCALING_RATIO
+    } else {
+        TCP_RMEM
+    }
+}
 
 /// One end of the path.
 pub struct Side {
@@ -162,14 +185,14 @@ fn enter_new_namespace() -> Result<(File, OwnedFd)> {
     Ok((netns, control))
 }
 
-/// Settings of the namespace an endpoint runs in: Pantheon's socket buffers, no IPv6 (its
+/// Settings of the namespace an endpoint runs in: Pantheon's hosts' TCP buffers, no IPv6 (its
 /// router solicitations and MLD reports would be counted as traffic).
 fn tune_endpoint_namespace() -> Result<()> {
     for path in ["/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"] {
         let _ = sysctl(path, "1");
     }
-    sysctl("/proc/sys/net/ipv4/tcp_rmem", SOCKET_BUFFERS)?;
-    sysctl("/proc/sys/net/ipv4/tcp_wmem", SOCKET_BUFFERS)
+    sysctl("/proc/sys/net/ipv4/tcp_rmem", tcp_rmem())?;
+    sysctl("/proc/sys/net/ipv4/tcp_wmem", TCP_WMEM)
 }
 
 fn build_side(address: Ipv4Addr, peer: Ipv4Addr) -> Result<Side> {

@@ -8,12 +8,10 @@
 //!   before `connect`), so no system-wide default is touched.
 //! * Buffers are the kernel's, as iperf 2 leaves them: a socket starts with the namespace's
 //!   `tcp_wmem`/`tcp_rmem` default and autotuning grows it with the congestion window up to
-//!   their maximum. The engine's endpoint namespaces carry Pantheon's `setup_system.py
-//!   --set-all-mem` values (16 MiB default, 512 MiB maximum), so a flow is limited by its
-//!   congestion control, and a full-throttle sender keeps about 16 MiB unsent in the kernel
-//!   (the forced 64 MiB of before, a few dozen paths side by side, exhausted the host's
-//!   `tcp_mem`; 16 MiB per flow is Pantheon's own hosts' figure). Mahimahi's shells keep the
-//!   kernel's defaults.
+//!   their maximum. The engine's endpoint namespaces carry the values of Pantheon's hosts
+//!   (Ubuntu's defaults: `tcp_wmem` 4096 16384 4194304, `tcp_rmem` 4096 87380 6291456;
+//!   emulators/src/netns.rs): on an unbounded queue only these buffers bound a flow, so they
+//!   decide how much queue Pantheon's default_tcp built (about 2 s at 10 Mbit/s).
 //! * Measured (experiments/README.md, "Which senders the gap is about"): with forced 64 MiB
 //!   buffers, `TCP_NOTSENT_LOWAT` and 1 MiB reads and writes, as before, the engine carried
 //!   these flows at 86 % of a 100 Mbit/s, 30-packet link where real Mahimahi carries them, and

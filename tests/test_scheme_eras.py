@@ -1,0 +1,83 @@
+"""A Pantheon label means the program Pantheon ran in the target's era, and a calibration scores
+only faithful implementations unless a scheme is named (calibrate.scheme_registry's eras and
+fidelity, calibrate.schemes.Registry.resolve). Pure: registries built from Scheme values."""
+
+from __future__ import annotations
+
+import pytest
+
+from calibrate.errors import InputError
+from calibrate.scheme_registry import ENTRIES, Fidelity, PortOf, Spread, era_of, ports_of
+from calibrate.schemes import Registry, Scheme
+
+FAITHFUL = Fidelity(True, "upstream build", "2026-11-27", tput_pct=Spread(1.0, 3.0),
+                    p95_ms=Spread(0.5, 2.0), rows=8, rows_passing=8)
+OFF = Fidelity(False, "Pantheon's 2017 table", known_emulator={"tput_pct": 99.8, "p95_pct": 9.2})
+
+
+def scheme(name: str, aliases: tuple[str, ...] = (), port: PortOf | None = None,
+           fidelity: Fidelity | None = None, kind: str = "udp", available: bool = True) -> Scheme:
+    return Scheme(name, "receiver", ("prog", name), aliases, kind=kind, available=available,
+                  unavailable_reason=None if available else "not here", port_of=port,
+                  fidelity=fidelity)
+
+
+def registry(*schemes: Scheme) -> Registry:
+    return Registry(tuple(schemes))
+
+
+def test_the_era_comes_from_the_targets_date():
+    assert era_of("2017-01-03T21:30") == ("2017", False)
+    assert era_of("2017-12-31") == ("2017", False)
+    assert era_of("2018-01-01") == ("2018", False)
+    assert era_of("2019-06-11T03-12") == ("2018", False)
+    assert era_of(None) == ("2018", True)  # assumed, and said so
+
+
+def test_a_label_resolves_to_the_port_of_its_era_and_never_to_a_stand_in_by_default():
+    copa_2017 = scheme("copa-2017", port=PortOf("copa", ("2017",), "genericCC 5101b0a"), fidelity=FAITHFUL)
+    stand_in = scheme("udp-copa", aliases=("copa",), fidelity=OFF)
+    reg = registry(stand_in, copa_2017)
+    assert reg.resolve("copa", "2017", substitutes=False) is copa_2017
+    assert reg.resolve("copa", "2017") is copa_2017  # named: the faithful one still wins
+    with pytest.raises(InputError, match=r"no faithful implementation of 'copa' \(2018 - 2020 era\).*"
+                                         r"udp-copa stands in \(.*\+100 %.*name copa in --schemes"):
+        reg.resolve("copa", "2018", substitutes=False)
+    assert reg.resolve("copa", "2018") is stand_in  # named: the stand-in runs
+    assert reg.resolve("copa") is stand_in  # no era (emulate's labels): no port is implied
+
+
+def test_an_unmeasured_or_unfaithful_port_is_not_faithful():
+    port = PortOf("ledbat", ("2017", "2018"), "libutp")
+    unmeasured = scheme("ledbat-2017", port=port)
+    assert not unmeasured.faithful and unmeasured.difference() == "fidelity not measured"
+    with pytest.raises(InputError, match="no faithful implementation"):
+        registry(unmeasured).resolve("ledbat", "2018", substitutes=False)
+    failed = scheme("ledbat-2017", port=port, fidelity=Fidelity(False, "libutp", tput_pct=Spread(9, 20),
+                                                                p95_ms=Spread(8, 30), rows=8, rows_passing=3))
+    assert "3/8 rows pass" in failed.difference()
+    assert registry(failed).resolve("ledbat", "2017") is failed  # named: runs, flagged by the caller
+
+
+def test_kernel_tcp_and_pantheons_wrappers_are_faithful_by_construction():
+    cubic = next(e for e in ENTRIES if e.name == "cubic")
+    assert cubic.fidelity is not None and cubic.fidelity.faithful and cubic.fidelity.by_construction
+    kernel = scheme("vegas", kind="kernel-tcp", fidelity=cubic.fidelity, available=False)
+    port = scheme("vegas-2017", port=PortOf("vegas", ("2017", "2018"), "tcp_vegas.c"), fidelity=FAITHFUL)
+    wrapper = scheme("pantheon-vegas", aliases=("vegas",), kind="pantheon-wrapper")
+    assert registry(kernel, port).resolve("vegas", "2017", substitutes=False) is port  # kernel lacks it
+    assert registry(kernel, port, wrapper).resolve("vegas", "2017", substitutes=False) is wrapper
+    assert wrapper.faithful
+
+
+def test_every_port_in_the_registry_file_names_a_label_and_an_era():
+    ports = [e for e in ENTRIES if e.port_of is not None]
+    assert {e.port_of.label for e in ports if e.port_of} >= {
+        "saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "vegas", "quic"}
+    for e in ports:
+        assert e.implementation is not None and e.port_of is not None and e.port_of.upstream
+        assert e.name in {p.name for p in ports_of(e.port_of.label, e.port_of.eras[0])}
+    # today's stand-ins stay, under their own names, with their measured difference
+    for name in ("udp-copa", "udp-vegas", "udp-ledbat", "udp-saturator", "quic-cubic"):
+        entry = next(e for e in ENTRIES if e.name == name)
+        assert entry.fidelity is not None and not entry.fidelity.faithful
