@@ -36,11 +36,11 @@
 //! Over a smooth bottleneck the law settles at one packet queued (`W = BDP + 1`, where
 //! the target `W/(W − BDP)` equals `W`). But `min_rtt` is the flow's luckiest sample and
 //! the target is taken from each single sample: where samples scatter a few ms above the
-//! minimum with no queue at all (host scheduling; Mahimahi's shells, each stepping on
-//! its own millisecond clock), most targets sit near `rtt / scatter`, 2 ms of scatter on
-//! a 56 ms path giving ~28 packets against a 47-packet BDP, and the link stays partly
-//! empty. Over the engine's 10 Mbit/s, 28 ms emulator the upstream build and this port
-//! both deliver about 5 Mbit/s (Pantheon 2017: 4.95). The tests below show both sides.
+//! minimum with no queue at all (host scheduling, the emulator's timing), most targets
+//! sit near `rtt / scatter`, 2 ms of scatter on a 56 ms path giving ~28 packets against
+//! a 47-packet BDP, and the link stays partly empty. Over the engine's 10 Mbit/s, 28 ms
+//! emulator the upstream build and this port both deliver 5–6 Mbit/s (Pantheon 2017:
+//! 4.95). The tests below show both sides.
 //!
 //! Port decisions: upstream sends 1500-byte UDP payloads (1528-byte IP datagrams,
 //! fragmented to 1500 + 48 bytes on a 1500-byte MTU); this port sends the transport's
