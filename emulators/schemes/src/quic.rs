@@ -1,19 +1,59 @@
-//! QUIC bulk transfer over quinn with its Cubic, NewReno or BBR congestion controller.
+//! QUIC bulk transfer over quinn with its Cubic, NewReno or BBR congestion controller, and
+//! `quic-2017`: Pantheon's 2017 `quic` (google/proto-quic 9c52057, Chromium 54) as it behaved.
 //!
 //! Sender-first, like Pantheon's `quic` wrapper (whose server sends a large file): the
 //! sender listens on PORT with a certificate made at start (rcgen, self-signed), and for
-//! every connection opens one unidirectional stream and writes to it until killed. The
-//! receiver connects to IP:PORT, skips certificate verification (there is no authority to
-//! check a per-run self-signed certificate against, and the payload is junk), and
-//! discards everything that arrives.
+//! every connection opens one stream and writes to it until killed. The receiver connects
+//! to IP:PORT, skips certificate verification (there is no authority to check a per-run
+//! self-signed certificate against, and the payload is junk), and discards everything
+//! that arrives.
 //!
-//! Transport settings that matter for a probe:
+//! Transport settings that matter for a probe (quinn's own controllers):
 //! * flow-control windows of 64 MiB, so QUIC flow control never limits the flow before
 //!   the congestion controller does (quinn's defaults assume 100 Mbit/s × 100 ms);
 //! * path MTU discovery up to 1472-byte UDP payloads, i.e. 1500-byte IPv4 packets on the
 //!   emulated link (quinn starts at 1200 and probes upwards);
 //! * segmentation offload off, so every datagram is paced on its own rather than
 //!   leaving as a GSO burst.
+//!
+//! # `quic-2017` (`QuicCc::Cubic2017`)
+//! Pantheon's 2017 wrapper ran `quic_server` (a 50 MB page from memory) and `quic_client`.
+//! In proto-quic's `net/net.gyp` at 9c52057 the `quic_client` target is
+//! `tools/quic/quic_simple_client_bin.cc`, i.e. `QuicSimpleClient`, which (unlike the epoll
+//! `QuicClient::Initialize`, which raises them to 6 MB / 15 MB) keeps `QuicConfig`'s
+//! default receive windows: `kMinimumFlowControlSendWindow` = 16 KB for the stream and for
+//! the session (`QuicConfig::SetDefaults`). The client never auto-tunes them: in
+//! `QuicSession`'s constructor auto-tuning is on by default for the server perspective
+//! only (`FLAGS_quic_enable_autotune_by_default`), and streams inherit the session's
+//! setting (`ReliableQuicStream`). `QuicFlowController::MaybeSendWindowUpdate` sends a
+//! WINDOW_UPDATE once the available window (offset − consumed) falls below half the
+//! window, moving the offset to consumed + 16 KB; `QuicSpdyClientStream::OnDataAvailable`
+//! consumes in-order data as it arrives. A receiver-side window of 16 KB refreshed at
+//! half-consumption lets the sender deliver one burst of about (16 KB + one packet) / 2
+//! per round trip, at base delay, whatever the path's rate or loss: Pantheon's ~8–15 KB
+//! per round trip (see calibrate/data/schemes.json's quic-2017 note for the measurement).
+//!
+//! Reproduced here by an application-level credit carried on the same bidirectional
+//! stream (quinn's own flow control stays at 64 MiB and never binds, because quinn
+//! refreshes its window at 1/8 of it, not 1/2): the receiver runs `ReceiveWindow2017`
+//! on the bytes it reads in order and writes every new limit as 8 big-endian bytes; the
+//! sender starts with 16 KB of credit and never writes past the latest limit. Also as
+//! Chromium 54 ran it:
+//! * 1350-byte UDP payloads from the start (`kDefaultMaxPacketSize`; the server adopts the
+//!   client's padded CHLO size), no MTU discovery;
+//! * quinn's Cubic with an initial window of 32 × 1460 bytes (`kInitialCongestionWindow`
+//!   × `kDefaultTCPMSS`, `TcpCubicSenderPackets::GetCongestionWindow`); the flow is limited
+//!   by the credit, so the window only matters after heavy loss;
+//! * Chromium's `PacingSender` on the stream writes (`Pacer2017`): 10 unpaced packets
+//!   (`kInitialUnpacedBurst`), then one packet per 1350 B / (2 × cwnd / srtt) (the
+//!   slow-start rate of `TcpCubicSenderBase::PacingRate` at the initial window, which an
+//!   application-limited flow keeps), with a 1 ms alarm granularity inside which a packet
+//!   leaves at once. quinn's own pacer lets 10-packet bursts through, so it cannot space
+//!   a 7-packet burst itself.
+//!
+//! Not reproduced: the refill of burst tokens when the sender leaves quiescence, the
+//! slower pacing (1.25 × a reduced cwnd) after a loss, and TcpCubicSender's two emulated
+//! connections (quinn's Cubic backs off by 0.7, not 0.85); the 50 MB page is endless here.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -36,13 +76,29 @@ const IO_CHUNK: usize = 256 << 10;
 const SOCKET_BUFFER: usize = 16 << 20;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// proto-quic 54's stream and session receive window on the toy client
+/// (`kMinimumFlowControlSendWindow`), and the sender's credit before any update.
+const WINDOW_2017: u64 = 16 * 1024;
+/// proto-quic 54's packet size (`kDefaultMaxPacketSize`), a UDP payload.
+const PACKET_2017: u16 = 1350;
+/// Stream bytes released per paced packet: what fits a 1350-byte quinn packet with its
+/// short header (8-byte connection id), AEAD tag, STREAM frame header and an ACK frame.
+const CHUNK_2017: usize = 1290;
+/// Chromium's initial congestion window, 32 packets of `kDefaultTCPMSS` (1460) bytes.
+const INITIAL_CWND_2017: u64 = 32 * 1460;
+/// `kInitialUnpacedBurst`.
+const UNPACED_BURST_2017: u32 = 10;
+/// The pacing alarm's granularity (`QuicSentPacketManager::EnablePacing`).
+const PACING_GRANULARITY_2017: Duration = Duration::from_millis(1);
+
 /// quinn's congestion controllers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuicCc {
     Cubic,
     NewReno,
     Bbr,
-    /// PORT IN PROGRESS: proto-quic 54 (Pantheon 2017) as it behaved, with its per-round-trip cap.
+    /// proto-quic 54 (Pantheon 2017) as it behaved: quinn Cubic under the toy client's 16 KB
+    /// receive window refreshed at half-consumption (about 9 KB per round trip).
     Cubic2017,
 }
 
@@ -68,16 +124,26 @@ impl QuicCc {
 fn transport_config(cc: QuicCc) -> Result<Arc<TransportConfig>, String> {
     let mut t = TransportConfig::default();
     match cc {
-        QuicCc::Cubic | QuicCc::Cubic2017 => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
+        QuicCc::Cubic => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
+        QuicCc::Cubic2017 => {
+            let mut cubic = CubicConfig::default();
+            cubic.initial_window(INITIAL_CWND_2017);
+            t.congestion_controller_factory(Arc::new(cubic))
+        }
         QuicCc::NewReno => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
     };
     t.stream_receive_window(VarInt::from_u32(FLOW_CONTROL_WINDOW));
     t.receive_window(VarInt::from_u32(FLOW_CONTROL_WINDOW));
     t.send_window(FLOW_CONTROL_WINDOW as u64);
-    let mut mtu = MtuDiscoveryConfig::default();
-    mtu.upper_bound(MAX_UDP_PAYLOAD);
-    t.mtu_discovery_config(Some(mtu));
+    if cc == QuicCc::Cubic2017 {
+        t.initial_mtu(PACKET_2017);
+        t.mtu_discovery_config(None);
+    } else {
+        let mut mtu = MtuDiscoveryConfig::default();
+        mtu.upper_bound(MAX_UDP_PAYLOAD);
+        t.mtu_discovery_config(Some(mtu));
+    }
     t.enable_segmentation_offload(false);
     t.max_idle_timeout(Some(IDLE_TIMEOUT.try_into().map_err(|e| format!("idle timeout: {e}"))?));
     Ok(Arc::new(t))
@@ -189,7 +255,7 @@ pub fn run_sender(cc: QuicCc, port: u16, stats: Arc<Stats>) -> Result<(), String
         while let Some(incoming) = endpoint.accept().await {
             let stats = Arc::clone(&stats);
             tokio::spawn(async move {
-                if let Err(e) = send_forever(incoming, &stats).await {
+                if let Err(e) = send_forever(cc, incoming, &stats).await {
                     eprintln!("calibrate-scheme: QUIC connection ended: {e}");
                 }
             });
@@ -198,8 +264,11 @@ pub fn run_sender(cc: QuicCc, port: u16, stats: Arc<Stats>) -> Result<(), String
     })
 }
 
-async fn send_forever(incoming: quinn::Incoming, stats: &Stats) -> Result<(), String> {
+async fn send_forever(cc: QuicCc, incoming: quinn::Incoming, stats: &Stats) -> Result<(), String> {
     let conn = incoming.await.map_err(|e| format!("handshake failed: {e}"))?;
+    if cc == QuicCc::Cubic2017 {
+        return send_2017(&conn, stats).await;
+    }
     let mut stream = conn.open_uni().await.map_err(|e| format!("cannot open a stream: {e}"))?;
     let buf: Vec<u8> = (0..IO_CHUNK).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
     loop {
@@ -216,6 +285,9 @@ pub fn run_receiver(cc: QuicCc, peer: SocketAddr, stats: Arc<Stats>, connect_tim
         let endpoint = quinn::Endpoint::new(EndpointConfig::default(), None, sized_socket(sock), Arc::new(quinn::TokioRuntime))
             .map_err(|e| format!("cannot start the QUIC endpoint: {e}"))?;
         let conn = connect_with_retry(&endpoint, config, peer, connect_timeout).await?;
+        if cc == QuicCc::Cubic2017 {
+            return receive_2017(&conn, &stats).await;
+        }
         let mut stream = conn.accept_uni().await.map_err(|e| format!("no stream from {peer}: {e}"))?;
         loop {
             match stream.read_chunk(IO_CHUNK, false).await {
@@ -261,5 +333,355 @@ async fn connect_with_retry(
             Err(_) => last_error = "handshake timed out".to_string(),
         }
         attempt_len += Duration::from_secs(1);
+    }
+}
+
+/// The toy client's receive window, as `QuicFlowController` kept it for the stream and the
+/// session alike (no auto-tuning on the client): the peer may send up to `limit`; once
+/// what is left of the window (limit − consumed) falls below half of it, the limit moves
+/// to consumed + window and is announced (`MaybeSendWindowUpdate`).
+#[derive(Clone, Debug)]
+struct ReceiveWindow2017 {
+    window: u64,
+    consumed: u64,
+    limit: u64,
+}
+
+impl ReceiveWindow2017 {
+    fn new(window: u64) -> Self {
+        Self { window, consumed: 0, limit: window }
+    }
+
+    /// Records `bytes` consumed in order; returns the new limit when one is to be announced.
+    /// Data beyond the announced limit is a flow-control violation (Chromium closes the
+    /// connection: `FlowControlViolation`).
+    fn on_consumed(&mut self, bytes: u64) -> Result<Option<u64>, String> {
+        self.consumed += bytes;
+        if self.consumed > self.limit {
+            return Err(format!(
+                "flow-control violation: {} bytes received where {} were allowed",
+                self.consumed, self.limit
+            ));
+        }
+        if self.limit - self.consumed >= self.window / 2 {
+            return Ok(None);
+        }
+        self.limit = self.consumed + self.window;
+        Ok(Some(self.limit))
+    }
+}
+
+/// Chromium 54's `PacingSender` around `TcpCubicSender`, as the 2017 server paced, applied
+/// to the sender's stream writes (one write of at most `CHUNK_2017` bytes = one packet).
+/// The first `UNPACED_BURST_2017` packets leave at once; after that each send schedules the
+/// next at one interval later (or, while catching up after a delayed send, one interval
+/// after the previous ideal time), and a packet whose ideal time is within the 1 ms alarm
+/// granularity leaves at once, so at a sub-millisecond interval packets leave in pairs.
+#[derive(Debug)]
+struct Pacer2017 {
+    burst_tokens: u32,
+    ideal_next_send: Option<Instant>,
+    last_delayed_send: Option<Instant>,
+    last_send_delayed: bool,
+}
+
+impl Pacer2017 {
+    fn new() -> Self {
+        Self {
+            burst_tokens: UNPACED_BURST_2017,
+            ideal_next_send: None,
+            last_delayed_send: None,
+            last_send_delayed: false,
+        }
+    }
+
+    /// One 1350-byte packet at the slow-start pacing rate of the initial window:
+    /// 2 × (32 × 1460 B) / srtt.
+    fn interval(srtt: Duration) -> Duration {
+        srtt.mul_f64(f64::from(PACKET_2017) / (2.0 * INITIAL_CWND_2017 as f64))
+    }
+
+    /// When the next packet may leave (`None`: now), as `TimeUntilSend`.
+    fn release_at(&mut self, now: Instant) -> Option<Instant> {
+        if self.burst_tokens > 0 {
+            return None;
+        }
+        match self.ideal_next_send {
+            Some(at) if at > now + PACING_GRANULARITY_2017 => {
+                self.last_send_delayed = true;
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+
+    /// Records a packet sent at `now`, as `OnPacketSent`.
+    fn on_sent(&mut self, now: Instant, interval: Duration) {
+        if self.burst_tokens > 0 {
+            self.burst_tokens -= 1;
+            self.last_send_delayed = false;
+            self.last_delayed_send = None;
+            self.ideal_next_send = None;
+            return;
+        }
+        if self.last_send_delayed {
+            let ideal = self.ideal_next_send.unwrap_or(now) + interval;
+            self.ideal_next_send = Some(ideal);
+            // Sent later than one interval after the previous delayed send: the sender had
+            // nothing to send (application-limited), so it does not catch up.
+            let app_limited = self.last_delayed_send.is_some_and(|at| now > at + interval);
+            if ideal <= now && !app_limited {
+                self.last_delayed_send = Some(now);
+            } else {
+                self.last_send_delayed = false;
+                self.last_delayed_send = None;
+            }
+        } else {
+            let earliest = now + interval;
+            self.ideal_next_send = Some(self.ideal_next_send.map_or(earliest, |at| (at + interval).max(earliest)));
+        }
+    }
+}
+
+/// quic-2017 sender: one bidirectional stream; data goes out on it within the receiver's
+/// credit (16 KB at first, then each limit the receiver writes back on the same stream),
+/// one paced packet's worth per write.
+async fn send_2017(conn: &quinn::Connection, stats: &Stats) -> Result<(), String> {
+    let (mut stream, mut credits) = conn.open_bi().await.map_err(|e| format!("cannot open a stream: {e}"))?;
+    let (limit_tx, mut limit_rx) = tokio::sync::watch::channel(WINDOW_2017);
+    tokio::spawn(async move {
+        let mut msg = [0u8; 8];
+        while credits.read_exact(&mut msg).await.is_ok() {
+            let limit = u64::from_be_bytes(msg);
+            limit_tx.send_if_modified(|current| {
+                let raised = limit > *current;
+                if raised {
+                    *current = limit;
+                }
+                raised
+            });
+        }
+    });
+    let buf: Vec<u8> = (0..CHUNK_2017).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
+    let mut pacer = Pacer2017::new();
+    let mut written = 0u64;
+    loop {
+        if written >= *limit_rx.borrow_and_update() {
+            limit_rx.changed().await.map_err(|_| "the receiver's credit stream ended".to_string())?;
+            continue;
+        }
+        if let Some(at) = pacer.release_at(Instant::now()) {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+        }
+        let room = *limit_rx.borrow() - written;
+        let n = room.min(CHUNK_2017 as u64) as usize;
+        stream.write_all(&buf[..n]).await.map_err(|e| format!("write failed: {e}"))?;
+        written += n as u64;
+        stats.add_bytes(n as u64);
+        pacer.on_sent(Instant::now(), Pacer2017::interval(conn.rtt()));
+    }
+}
+
+/// quic-2017 receiver: reads the sender's stream in order and writes back each new limit
+/// of its 16 KB window (8 bytes, big-endian) on the same stream.
+async fn receive_2017(conn: &quinn::Connection, stats: &Stats) -> Result<(), String> {
+    let (mut credits, mut stream) = conn.accept_bi().await.map_err(|e| format!("no stream from the sender: {e}"))?;
+    let mut window = ReceiveWindow2017::new(WINDOW_2017);
+    loop {
+        match stream.read_chunk(IO_CHUNK, true).await {
+            Ok(Some(chunk)) => {
+                let n = chunk.bytes.len() as u64;
+                stats.add_bytes(n);
+                if let Some(limit) = window.on_consumed(n)? {
+                    credits
+                        .write_all(&limit.to_be_bytes())
+                        .await
+                        .map_err(|e| format!("cannot send a window update: {e}"))?;
+                }
+            }
+            Ok(None) => return Err("the sender finished the stream; a sender never should".to_string()),
+            Err(e) => return Err(format!("connection to the sender lost: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn window_is_refreshed_once_less_than_half_is_left() {
+        let mut w = ReceiveWindow2017::new(WINDOW_2017);
+        assert_eq!(w.on_consumed(4096), Ok(None));
+        // Exactly half left: no update yet.
+        assert_eq!(w.on_consumed(4096), Ok(None));
+        // Below half: the limit moves to consumed + window.
+        assert_eq!(w.on_consumed(1), Ok(Some(8193 + WINDOW_2017)));
+        // The next update needs the window to drain below half again.
+        assert_eq!(w.on_consumed(WINDOW_2017 / 2), Ok(None));
+        assert_eq!(w.on_consumed(1), Ok(Some(8193 + WINDOW_2017 / 2 + 1 + WINDOW_2017)));
+    }
+
+    #[test]
+    fn data_beyond_the_limit_is_a_violation() {
+        let mut w = ReceiveWindow2017::new(WINDOW_2017);
+        assert!(w.on_consumed(WINDOW_2017 + 1).is_err());
+    }
+
+    /// Stream bytes the credit loop delivers per round trip over a loss-free FIFO path of
+    /// `owd` each way and `rate` bytes/s, with `CHUNK_2017`-byte packets of 1378 bytes on
+    /// the wire sent as soon as credit arrives, measured from 5 s to 20 s.
+    fn delivered_per_round_trip(owd: f64, rate: f64) -> f64 {
+        let wire = f64::from(PACKET_2017) + 28.0;
+        let mut window = ReceiveWindow2017::new(WINDOW_2017);
+        let mut packets: VecDeque<(f64, u64)> = VecDeque::new();
+        let mut credits: VecDeque<(f64, u64)> = VecDeque::from([(0.0, WINDOW_2017)]);
+        let (mut sent, mut link_free, mut counted) = (0u64, 0.0f64, 0u64);
+        let (start, end) = (5.0, 20.0);
+        loop {
+            let next_packet = packets.front().map_or(f64::INFINITY, |p| p.0);
+            let next_credit = credits.front().map_or(f64::INFINITY, |c| c.0);
+            let now = next_packet.min(next_credit);
+            assert!(now.is_finite(), "the credit loop stalled");
+            if now > end {
+                break;
+            }
+            if next_packet <= next_credit {
+                let (_, bytes) = packets.pop_front().unwrap();
+                if now >= start {
+                    counted += bytes;
+                }
+                if let Some(limit) = window.on_consumed(bytes).unwrap() {
+                    credits.push_back((now + owd, limit));
+                }
+            } else {
+                let (_, limit) = credits.pop_front().unwrap();
+                while sent < limit {
+                    let bytes = (limit - sent).min(CHUNK_2017 as u64);
+                    sent += bytes;
+                    link_free = link_free.max(now) + wire / rate;
+                    packets.push_back((link_free + owd, bytes));
+                }
+            }
+        }
+        counted as f64 / ((end - start) / (2.0 * owd))
+    }
+
+    #[test]
+    fn about_half_the_window_plus_a_packet_per_round_trip_whatever_the_delay_or_rate() {
+        let wire = f64::from(PACKET_2017) + 28.0;
+        let cases = [(5.0, 10.0), (5.0, 100.0), (28.0, 2.0), (28.0, 10.0), (28.0, 100.0), (50.0, 10.0)];
+        let more = [(100.0, 2.0), (100.0, 10.0), (200.0, 10.0), (200.0, 100.0)];
+        for (owd_ms, mbps) in cases.into_iter().chain(more) {
+            let (owd, rate) = (owd_ms / 1e3, mbps * 1e6 / 8.0);
+            // One update per loop; the loop is the propagation round trip plus the first
+            // packet's serialization.
+            let per_loop = (WINDOW_2017 + CHUNK_2017 as u64) as f64 / 2.0;
+            let expected = per_loop * 2.0 * owd / (2.0 * owd + wire / rate);
+            let per_rtt = delivered_per_round_trip(owd, rate);
+            assert!(
+                (per_rtt / expected - 1.0).abs() < 0.05,
+                "{owd_ms} ms, {mbps} Mbit/s: {per_rtt:.0} bytes per round trip, expected ~{expected:.0}"
+            );
+            let measured_per_loop = per_rtt * (2.0 * owd + wire / rate) / (2.0 * owd);
+            assert!(measured_per_loop > WINDOW_2017 as f64 / 2.0 && measured_per_loop < WINDOW_2017 as f64);
+        }
+        // Where the window exceeds the path's capacity the link is the limit.
+        let per_rtt = delivered_per_round_trip(0.005, 2e6 / 8.0);
+        let capacity = 2e6 / 8.0 * 0.010 * CHUNK_2017 as f64 / wire;
+        assert!((per_rtt / capacity - 1.0).abs() < 0.05, "{per_rtt:.0} vs {capacity:.0}");
+    }
+
+    #[test]
+    fn pacer_bursts_ten_then_paces_pairs_within_the_granularity() {
+        let srtt = Duration::from_millis(57);
+        let interval = Pacer2017::interval(srtt);
+        // 2 × 46 720 B per 57 ms: a 1350-byte packet every ~0.82 ms.
+        assert!((interval.as_secs_f64() * 1e3 - 0.8236).abs() < 0.001, "{interval:?}");
+        let t0 = Instant::now();
+        let mut pacer = Pacer2017::new();
+        let mut now = t0;
+        let mut times = Vec::new();
+        for _ in 0..50 {
+            if let Some(at) = pacer.release_at(now) {
+                assert!(at > now);
+                now = at;
+            }
+            pacer.on_sent(now, interval);
+            times.push(now - t0);
+        }
+        assert!(times[..10].iter().all(|t| t.is_zero()), "{times:?}");
+        let paced = &times[10..];
+        let mean = (paced[paced.len() - 1] - paced[0]).as_secs_f64() / (paced.len() - 1) as f64;
+        assert!((mean / interval.as_secs_f64() - 1.0).abs() < 0.05, "mean spacing {mean} s");
+        for w in paced.windows(3) {
+            assert!(w[2] > w[0], "more than two packets at once: {paced:?}");
+            assert!(w[1] - w[0] <= PACING_GRANULARITY_2017 + interval, "{paced:?}");
+        }
+    }
+
+    #[test]
+    fn pacer_does_not_catch_up_after_an_idle_sender() {
+        let interval = Pacer2017::interval(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let mut pacer = Pacer2017::new();
+        for _ in 0..UNPACED_BURST_2017 {
+            pacer.on_sent(t0, interval);
+        }
+        pacer.on_sent(t0, interval);
+        // Nothing to send for 50 ms, then two packets: the second is paced from the first.
+        let later = t0 + Duration::from_millis(50);
+        assert_eq!(pacer.release_at(later), None);
+        pacer.on_sent(later, interval);
+        let at = pacer.release_at(later).unwrap_or(later);
+        pacer.on_sent(at, interval);
+        let next = pacer.release_at(at).expect("paced again");
+        assert!(next >= later + interval * 2 - Duration::from_micros(1), "{:?}", next - later);
+    }
+
+    /// The real endpoints over the loopback interface: data flows, the sender never
+    /// exceeds the receiver's credit (the receiver stops with an error if it does), and
+    /// packets are 1350-byte UDP payloads.
+    #[test]
+    fn loopback_transfer_stays_within_the_credit_with_1350_byte_packets() {
+        let rt = runtime().unwrap();
+        rt.block_on(async {
+            let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = server_sock.local_addr().unwrap();
+            let server = quinn::Endpoint::new(
+                EndpointConfig::default(),
+                Some(server_config(QuicCc::Cubic2017).unwrap()),
+                server_sock,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .unwrap();
+            let sender_stats = Arc::new(Stats::new("quic-2017", "sender", "chunks"));
+            let s = Arc::clone(&sender_stats);
+            tokio::spawn(async move {
+                let incoming = server.accept().await.unwrap();
+                let _ = send_forever(QuicCc::Cubic2017, incoming, &s).await;
+            });
+            let client = quinn::Endpoint::new(
+                EndpointConfig::default(),
+                None,
+                UdpSocket::bind("127.0.0.1:0").unwrap(),
+                Arc::new(quinn::TokioRuntime),
+            )
+            .unwrap();
+            let config = client_config(QuicCc::Cubic2017).unwrap();
+            let conn = connect_with_retry(&client, config, addr, Duration::from_secs(10)).await.unwrap();
+            let stats = Stats::new("quic-2017", "receiver", "chunks");
+            let ended = tokio::time::timeout(Duration::from_millis(1500), receive_2017(&conn, &stats)).await;
+            assert!(ended.is_err(), "the receiver stopped: {ended:?}");
+            assert!(stats.bytes() > 100_000, "only {} bytes arrived", stats.bytes());
+            assert!(sender_stats.bytes() <= stats.bytes() + WINDOW_2017);
+            let path = conn.stats();
+            assert_eq!(path.path.current_mtu, PACKET_2017);
+            // A paced write leaves as one packet: no short tails split off full writes
+            // (writes are short only at the credit's edge).
+            let per_frame = stats.bytes() as f64 / path.frame_rx.stream as f64;
+            assert!(per_frame > 1000.0 && per_frame <= CHUNK_2017 as f64, "{per_frame:.0} bytes per STREAM frame");
+        });
     }
 }
