@@ -110,6 +110,19 @@ class Fidelity:
             out["known_emulator"] = dict(self.known_emulator)
         return out
 
+    def short(self) -> str:
+        """The measured difference in a table cell: worst |Δ| against the upstream build, else
+        the difference from Pantheon's 2017 table on its known emulator."""
+        if self.by_construction:
+            return "by construction"
+        if self.tput_pct is not None and self.p95_ms is not None:
+            rows = "" if self.rows is None else f" ({self.rows_passing}/{self.rows} rows)"
+            return f"tput ≤{self.tput_pct.worst:.1f} %, p95 ≤{self.p95_ms.worst:.1f} ms{rows}"
+        if self.known_emulator:
+            k = self.known_emulator
+            return f"2017 table: tput {k['tput_pct']:+.0f} %, p95 {k['p95_pct']:+.0f} %"
+        return "not measured"
+
     def difference(self) -> str:
         """The measured difference in a few words, e.g. "throughput |Δ| ≤ 3.1 %, p95 |Δ| ≤ 2.0 ms
         against the upstream build (2026-11-27)"."""

@@ -157,8 +157,9 @@ class Registry:
         can. Without `substitutes`, only a faithful implementation will do."""
         candidates = self.candidates(label, era)
         available = [s for s in candidates if s.available]
-        usable = [s for s in available if s.faithful] + (
-            [s for s in available if not s.faithful] if substitutes else [])
+        # faithful first; among the rest a port of what Pantheon ran before a stand-in
+        unfaithful = sorted((s for s in available if not s.faithful), key=lambda s: s.port_of is None)
+        usable = [s for s in available if s.faithful] + (unfaithful if substitutes else [])
         if usable:
             return usable[0]
         in_era = "" if era is None else f" ({ERAS[era]} era)"

@@ -51,7 +51,7 @@ def test_pantheons_labels_have_the_character_the_space_assumes():
         "default_tcp": {"saturating"}, "quic": {"saturating"}, "verus": {"saturating"},
         "pcc": {"saturating"}, "copa": {"delay-based"}, "vegas": {"delay-based"},
         "ledbat": {"delay-based"}, "sprout": {"delay-based"}, "scream": {"delay-based"},
-        "webrtc": {"delay-based"}, "koho_cc": set(),
+        "webrtc": {"delay-based"}, "koho_cc": {"delay-based"},
     }
     assert set(nepal) == set(expected)
     for label, traits in expected.items():

@@ -36,26 +36,35 @@ def run(args: argparse.Namespace) -> int:
         return 0
     available = registry.available()
     table = Table(title=f"{len(available)} of {len(registry.schemes)} schemes available on this host")
-    table.add_column("scheme", style="bold")
-    table.add_column("ok")
-    table.add_column("first")
-    table.add_column("Pantheon label (era) / aliases")
-    table.add_column("kind")
+    table.add_column("scheme", style="bold", no_wrap=True)
+    table.add_column("Pantheon label (era) / aliases", overflow="fold")
     table.add_column("faithful")
-    table.add_column("fidelity; note / why unavailable", overflow="fold")
+    table.add_column("measured difference", overflow="fold")
+    notes: list[str] = []
     for s in registry.schemes:
         labels = ", ".join(s.aliases)
         if s.port_of is not None:
             labels = f"{s.port_of.label} ({', '.join(s.port_of.eras)})"
         faithful = "[green]yes[/green]" if s.faithful else (
             "[yellow]unmeasured[/yellow]" if s.fidelity is None else "[red]no[/red]")
-        remark = "; ".join(x for x in (s.difference() if s.fidelity or s.port_of else "", s.note) if x)
+        difference = ("Pantheon's own wrapper" if s.kind == "pantheon-wrapper" else
+                      "–" if s.fidelity is None else s.fidelity.short())
+        table.add_row(s.name if s.available else f"[red]{s.name} (unavailable)[/red]",
+                      labels, faithful, difference)
         if not s.available:
-            remark = f"[red]unavailable: {s.unavailable_reason}[/red]"
+            notes.append(f"{s.name}: [red]unavailable[/red]: {s.unavailable_reason}")
         if args.verbose:
-            remark = "\n".join(x for x in (remark, s.description, s.command(s.run_first, 50001),
-                                          s.command(s.run_second, 50001)) if x)
-        table.add_row(s.name, "[green]yes[/green]" if s.available else "[red]no[/red]",
-                      s.run_first, labels, s.kind, faithful, remark)
-    Console().print(table)
+            notes += [f"{s.name}: {x}" for x in (f"{s.kind}, {s.run_first} runs first",
+                                                 s.port_of and s.port_of.upstream,
+                                                 s.difference(), s.note, s.description,
+                                                 s.command(s.run_first, 50001),
+                                                 s.command(s.run_second, 50001)) if x]
+    console = Console()
+    console.print(table)
+    for line in notes:
+        console.print(line, highlight=False)
+    if not args.verbose:
+        console.print("A calibration scores the faithful implementation of each Pantheon label in "
+                      "the target's era; a stand-in only when named (--schemes). --verbose: "
+                      "upstream, measured difference, notes, commands.", highlight=False)
     return 0
