@@ -94,6 +94,11 @@ pub trait Controller: Send {
     fn on_loss(&mut self, loss: &LossEvent);
     /// Bytes allowed in flight.
     fn cwnd(&self) -> u64;
+    /// True while the controller's window is below one packet and the upstream program
+    /// sends nothing at all (by default the transport still lets one packet out).
+    fn window_closed(&self) -> bool {
+        false
+    }
     /// Pacing rate in bytes per second given the transport's smoothed RTT.
     fn pacing_rate(&self, srtt: Duration) -> f64;
     /// A DATA packet with sequence number `seq` left at `now`.

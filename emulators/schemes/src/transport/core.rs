@@ -116,10 +116,11 @@ impl SenderCore {
         self.cc.pacing_rate(self.rtt.srtt()).max(1.0)
     }
 
-    /// When the next packet may go: None while the window is full (an ACK or the loss
-    /// timer will open it), otherwise the pacer's time (possibly already past).
+    /// When the next packet may go: None while the window is full or the controller has
+    /// closed it (an ACK or a timer will open it), otherwise the pacer's time (possibly
+    /// already past).
     pub fn send_allowed_at(&self) -> Option<Duration> {
-        if self.bytes_in_flight >= self.cc.cwnd().max(self.packet_bytes) {
+        if self.cc.window_closed() || self.bytes_in_flight >= self.cc.cwnd().max(self.packet_bytes) {
             return None;
         }
         Some(self.next_send_at)
