@@ -613,7 +613,7 @@ def main() -> int:
                              "after the port or the label) instead of the installed one")
     parser.add_argument("--era", default="2017", help="the era whose ports run (default: %(default)s)")
     parser.add_argument("--rows", metavar="A,B", help="matrix rows to run, by name prefix, e.g. 10/28/inf,12/40")
-    parser.add_argument("--quick", action="store_true", help=f"only the rows {' and '.join(QUICK)}")
+    parser.add_argument("--quick", action="store_true", help=f"only the rows {' and '.join(QUICK)}".replace("%", "%%"))
     parser.add_argument("--schemes", metavar="A,B",
                         help=f"labels to run (default: {','.join(LABELS)} in the matrix, and "
                              f"{','.join(KNOWN_EXTRA)} too on the known emulator)")
