@@ -6,7 +6,8 @@ the first side gets `<side> PORT` and listens, the second gets `<side> IP PORT` 
 both send or sink at full throttle until SIGTERM.  Two kinds stand behind that contract:
 
 * built-ins, run by `calibrate-scheme` (emulators/schemes): kernel TCP per congestion control,
-  QUIC, and our Vegas/Copa/LEDBAT/saturator over UDP.  Which exist, and what each is (labels,
+  QUIC, ports of the programs Pantheon ran (`*-2017`) and our own Vegas/Copa/LEDBAT/saturator
+  over UDP.  Which exist, and what each is (labels,
   aliases, character, notes, which side runs first), is the registry file that calibrate-scheme
   builds in too (calibrate/data/schemes.json, `calibrate.scheme_registry`); which are available
   is what `calibrate-scheme list --json` says about this host;

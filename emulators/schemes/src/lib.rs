@@ -6,8 +6,10 @@
 //!
 //! * [`tcp`]: the kernel's TCP with any congestion control it offers (`TCP_CONGESTION`);
 //! * [`quic`]: QUIC bulk transfer over quinn with its Cubic, NewReno or BBR controller;
-//! * [`transport`] + [`cc`]: our own small UDP transport with Vegas, Copa, LEDBAT and a
-//!   saturator, the controllers being pure state machines behind [`cc::Controller`].
+//! * [`transport`] + [`cc`]: our own small UDP transport with ports of the controllers of
+//!   Pantheon's 2017 programs (saturators, koho_cc, Copa, libutp's LEDBAT, Linux Vegas) and
+//!   our own Vegas, Copa, LEDBAT and saturator, the controllers being pure state machines
+//!   behind [`cc::Controller`].
 //!
 //! [`registry`] says which schemes exist on this host, [`cli`] parses the command line.
 
