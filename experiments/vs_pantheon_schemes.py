@@ -453,7 +453,8 @@ def fidelity(ports: Mapping[str, Port], labels: pd.DataFrame, known: pd.DataFram
             mine = runs[(runs["bench"] == "matrix") & (runs["label"] == label)]
             sources = mine.loc[mine["side"] == "upstream", "source"].dropna().unique()
             entry: dict[str, object] = {
-                "against": "; ".join(map(str, sources)) or port.upstream,
+                # what was run, not where it lay on the machine that ran it
+                "against": "; ".join(str(x).split(": /")[0] for x in sources) or port.upstream,
                 "measured": str(mine["date"].max()),
                 "rows": int(s["rows"]), "replicates": int(mine["replicate"].max()),
                 "runtime_s": _r(mine["runtime"].max()),

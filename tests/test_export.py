@@ -118,6 +118,11 @@ def test_emulator_json_reports_both_link_kinds_winner_first(exported):
                 assert mine["emulated"]["tput_mbps"] == pytest.approx(row["emulated"]["tput"])
             assert mine["error_pct"] == pytest.approx(row["error_pct"])
         assert rows["default_tcp"]["ran_as"] == "cubic"
+    # every scored label, what ran for it, and its fidelity to what Pantheon ran
+    fidelity = report["scheme_fidelity"]
+    assert set(fidelity) == {r["scheme"] for r in report["links"]["poisson"]["schemes"]}
+    assert fidelity["default_tcp"]["ran_as"] == "cubic" and fidelity["default_tcp"]["faithful"]
+    assert fidelity["default_tcp"]["difference"].startswith("the Linux kernel's own")
     assert report["emulator"]["link"] == "poisson"
     assert report["emulator"]["rate_mbps"] == WINNER[1]["rate"]
     assert report["evaluations"] == len(journal) and report["wall_s"] == pytest.approx(60.0)
@@ -178,6 +183,7 @@ def test_plots_are_real_images(exported):
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000, name
     svg = (out / "figure3.svg").read_text()
     assert "<svg" in svg and "default_tcp" in svg and "poisson deliveries, winner" in svg
+    assert "scored: " in svg and "default_tcp as cubic" in svg  # the caption names what ran
 
 
 def test_missing_result_is_computed_from_the_journal(tmp_path, exported):
