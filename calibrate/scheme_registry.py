@@ -35,8 +35,10 @@ REGISTRY_FILE = "schemes.json"
 #: from 2018 on (genericCC d0153f8, proto-quic 60, ...).
 ERAS: Mapping[str, str] = {"2017": "Dec 2016 - 2017", "2018": "2018 - 2020"}
 ERA_2018_FROM = "2018-01-01"
-#: the era assumed for a target without a date: most of Pantheon's archive is 2018-2020
+#: the era assumed for a target without a date: most of Pantheon's archive is 2018-2020 ...
 ASSUMED_ERA = "2018"
+#: ... unless it has a label only the 2017 era had (the saturators and koho_cc were gone by 2018)
+LABELS_OF_2017_ONLY = frozenset({"saturator", "greg_saturator", "koho_cc"})
 
 Trait = Literal["saturating", "delay-based", "rate-probing"]
 TRAITS: tuple[Trait, ...] = ("saturating", "delay-based", "rate-probing")
@@ -222,11 +224,13 @@ def canonical_scheme(label: str) -> str:
     return CANONICAL.get(key, CANONICAL.get(key.lower(), key.lower()))
 
 
-def era_of(date: str | None) -> tuple[str, bool]:
-    """The era of Pantheon's scheme builds a measurement of `date` (ISO) belongs to, and whether
-    it was assumed (no date: `ASSUMED_ERA`)."""
+def era_of(date: str | None, labels: Iterable[str] = ()) -> tuple[str, bool]:
+    """The era of Pantheon's scheme builds a measurement of `date` (ISO) with these scheme
+    labels belongs to, and whether it was assumed: without a date, 2017 if a label existed only
+    then, else `ASSUMED_ERA`."""
     if not date:
-        return ASSUMED_ERA, True
+        only_2017 = LABELS_OF_2017_ONLY.intersection(canonical_scheme(label) for label in labels)
+        return ("2017" if only_2017 else ASSUMED_ERA), True
     return ("2017" if str(date)[:10] < ERA_2018_FROM else "2018"), False
 
 

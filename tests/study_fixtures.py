@@ -18,7 +18,8 @@ HIDDEN = {"rate": 10.0, "delay": 40, "queue": 150, "loss": 0.01}
 #: target label -> the fluid model's scheme (and ours)
 SCHEMES = {"cubic": "cubic", "bbr": "bbr", "vegas": "vegas", "saturator": "saturator"}
 FLUID = {"cubic": "cubic", "bbr": "bbr", "udp-vegas": "vegas", "udp-saturator": "saturator",
-         "udp-copa": "copa", "reno": "reno"}
+         "udp-copa": "copa", "reno": "reno", "vegas-2017": "vegas", "saturator-2017": "saturator",
+         "copa-2017": "copa"}
 RUNTIME_S = 30.0
 
 

@@ -57,7 +57,7 @@ def _without(report: dict, *paths: tuple[str, ...]) -> dict:
         node = report
         for key in path[:-1]:
             node = node[key]
-        node.pop(path[-1])
+        node.pop(path[-1], None)
     return report
 
 
@@ -91,8 +91,13 @@ def test_a_format_1_run_opens_and_exports_as_before_without_the_host(tmp_path, n
                 # and a parameter counts only where the evaluations show f to depend on it (the
                 # relevance rule, calibrate.optimizers.base): ranges may only have widened
                 ("emulator", "ranges"), ("emulator", "ranges_text"),
-                *[("links", link, key) for link in report["links"] for key in ("ranges", "ranges_text")]]
+                *[("links", link, key) for link in report["links"] for key in ("ranges", "ranges_text")],
+                # added since (issue 25): what ran for each label and its fidelity
+                ("scheme_fidelity",)]
     assert _without(report, *volatile) == _without({"fields": None, **EXPECTED["export"]}, *volatile)
+    assert set(report["scheme_fidelity"]) == set(meta["schemes"])
+    assert report["scheme_fidelity"]["copa"]["ran_as"] == "udp-copa"
+    assert not report["scheme_fidelity"]["copa"]["faithful"]  # a format-1 run scored a stand-in
     for name, link in report["links"].items():
         for key, (low, high) in EXPECTED["export"]["links"][name]["ranges"].items():
             assert link["ranges"][key][0] <= low and high <= link["ranges"][key][1], (name, key)

@@ -32,6 +32,8 @@ def test_the_era_comes_from_the_targets_date():
     assert era_of("2018-01-01") == ("2018", False)
     assert era_of("2019-06-11T03-12") == ("2018", False)
     assert era_of(None) == ("2018", True)  # assumed, and said so
+    assert era_of(None, ["cubic", "saturator"]) == ("2017", True)  # a label only 2017 had
+    assert era_of("", ["default_tcp", "copa"]) == ("2018", True)
 
 
 def test_a_label_resolves_to_the_port_of_its_era_and_never_to_a_stand_in_by_default():

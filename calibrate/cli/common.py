@@ -284,8 +284,9 @@ def dropped_lines(problem: Any) -> list[str]:
     lines += [f"calibrate: warning: {label} runs as a stand-in: {why}"
               for label, why in problem.substitutes.items()]
     if problem.era_assumed:
-        lines.append(f"calibrate: note: the target has no date; its labels are read as Pantheon's "
-                     f"{problem.era} era's schemes")
+        lines.append(f"calibrate: note: the target has no date; its labels are read as the schemes "
+                     f"Pantheon ran in {problem.era} (a saturator or koho_cc label means 2017, "
+                     "else 2018-2020)")
     return lines
 
 

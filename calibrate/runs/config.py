@@ -181,7 +181,7 @@ class Problem:
     #: difference): a stand-in runs only for a scheme named in --schemes
     substitutes: Mapping[str, str] = field(default_factory=dict)
     era: str | None = None  # the era of Pantheon's scheme builds the labels were read in
-    era_assumed: bool = False  # the target has no date: the era is `ASSUMED_ERA`
+    era_assumed: bool = False  # the target has no date: the era was read from its labels
 
     def flow_keys(self) -> list[str]:
         return [TOTAL] if self.workload.flows == 1 else [str(f) for f in range(1, self.workload.flows + 1)]
@@ -280,7 +280,7 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     with a stand-in where no faithful one exists, and `substitutes` says how it differs."""
     registry = registry or registry_of(config)
     chosen = [target.scheme(name) for name in config.schemes] if config.schemes else list(target.schemes)
-    era, era_assumed = era_of(target.provenance.date)
+    era, era_assumed = era_of(target.provenance.date, [s.label for s in target.schemes])
     substitutes: dict[str, str] = {}
     flows = target.workload.flows
     workload = Workload(flows, target.workload.interval_s, config.runtime_s, 1)
