@@ -27,6 +27,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
+from calibrate.targets.bounds import declared
 
 # plot.py discards a run whose departure window is shorter than this fraction of the runtime
 # (0.75 in Jan 2017, 0.8 since June 2017).
@@ -533,9 +534,10 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
             raise fail(f"[{cc!r}]", "is not an object of runs")
         out[cc] = {}
         for run, flows in by_run.items():
-            where = f"[{cc!r}][{run!r}]"
+            where = f"[{cc!r}][{str(run)[:20]!r}]"
             if not str(run).isdigit():
                 raise fail(where, "run ids are whole numbers")
+            run_id = declared("run", run, f"{source}: [{cc!r}]", "correct or delete that run")
             if not isinstance(flows, dict) or TOTAL not in flows:
                 raise fail(where, f"has no {TOTAL!r} entry")
             entry = {}
@@ -554,5 +556,5 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
                 tput = nums["tput"]
                 assert tput is not None  # a missing 'tput' raised above
                 entry[str(flow)] = FlowMetrics(tput, nums["delay"], nums["loss"])
-            out[cc][int(run)] = entry
+            out[cc][run_id] = entry
     return out
