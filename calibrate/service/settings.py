@@ -22,6 +22,7 @@ from pathlib import Path
 
 from calibrate.errors import InputError
 from calibrate.evaluation import SLOTS_PER_CORE
+from calibrate.targets.archive import DEFAULT_MAX_BYTES
 
 DEFAULT_ROOT = Path("runs/service")
 DEFAULT_HOST = "127.0.0.1"
@@ -36,8 +37,6 @@ JOB_SLOTS = 2 * SLOTS_PER_CORE
 #: the largest upload (archive or table) by default: a Pantheon data archive without the raw
 #: tunnel logs of a 10-run, 17-scheme result is a few hundred MB
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024**2
-#: an uploaded archive may expand to this many times its size (a decompression bomb past it)
-EXTRACT_FACTOR = 20
 #: how long a cancelled job's processes have to end after SIGTERM before they are killed: a
 #: calibration stops its Ray and its engines (each engine stops at once on SIGTERM) in seconds
 CANCEL_GRACE_S = 60.0
@@ -57,6 +56,8 @@ class ServiceSettings:
     address: str | None = None  # a Ray cluster every job joins; None: each its embedded Ray
     max_running: int | None = None  # None: the default of the module docstring
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    #: what an archive may expand to, as the CLI's default (`calibrate.targets.archive`)
+    max_extract_bytes: int = DEFAULT_MAX_BYTES
     python: str = sys.executable  # the interpreter the jobs run `-m calibrate` with
     cancel_grace_s: float = CANCEL_GRACE_S
 
@@ -65,6 +66,8 @@ class ServiceSettings:
             raise InputError(f"--max-running must be at least 1 job, got {self.max_running}")
         if self.max_upload_bytes < 1:
             raise InputError(f"--max-upload-bytes must be at least 1, got {self.max_upload_bytes}")
+        if self.max_extract_bytes < 1:
+            raise InputError(f"--max-extract-bytes must be at least 1, got {self.max_extract_bytes}")
         object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
 
     @property
@@ -85,10 +88,6 @@ class ServiceSettings:
         if self.address:
             return None
         return max(1, host_slots() // self.running_limit)
-
-    @property
-    def max_extract_bytes(self) -> int:
-        return EXTRACT_FACTOR * self.max_upload_bytes
 
     @property
     def jobs_dir(self) -> Path:
