@@ -166,10 +166,18 @@ class Workload:
                 "run_times": self.run_times}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Workload:
-        run_times = data.get("run_times")
-        return cls(int(data.get("flows", 1)), float(data.get("interval_s", 0.0)),
-                   float(data.get("runtime_s", 30.0)), None if run_times is None else int(run_times))
+    def from_json(cls, data: Mapping[str, Any], where: str = "target JSON",
+                  fix: str = "correct its workload") -> Workload:
+        """The workload of a target JSON, each number within its bound (`declared`)."""
+        default = cls()
+
+        def number(key: str, field: str, fallback: Any) -> Any:
+            return fallback if data.get(key) is None else declared(field, data[key], where, fix)
+
+        return cls(number("flows", "flows", default.flows),
+                   number("interval_s", "interval_s", default.interval_s),
+                   number("runtime_s", "runtime_s", default.runtime_s),
+                   number("run_times", "runs", default.run_times))
 
 
 @dataclass(frozen=True)
@@ -251,13 +259,16 @@ class Target:
     def from_json(cls, data: Mapping[str, Any], source: str = "target JSON") -> Target:
         if data.get("format") != FORMAT:
             raise InputError(f"{source}: not a calibrate target (no \"format\": \"{FORMAT}\")")
+        remake = "make the file again with `calibrate target show SOURCE --json-out FILE`"
         if "version" in data:
             declared("version", data["version"], source,
-                     "a newer version needs a newer calibrate; else make the file again with "
-                     "`calibrate target show SOURCE --json-out FILE`")
+                     f"a newer version needs a newer calibrate; else {remake}")
+        workload = data.get("workload") or {}
+        if not isinstance(workload, Mapping):
+            raise InputError(f"{source}: \"workload\" is not an object; {remake}")
         try:
             return cls(tuple(SchemeResult.from_json(s) for s in data["schemes"]),
-                       Workload.from_json(data.get("workload", {})),
+                       Workload.from_json(workload, source, f"correct its workload or {remake}"),
                        Provenance.from_json(data.get("provenance", {"kind": "target json",
                                                                     "source": source})),
                        tuple(DroppedRun(str(d["label"]), d.get("run"), str(d["reason"]))
