@@ -27,7 +27,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
-from calibrate.targets.bounds import declared
+from calibrate.targets.bounds import BOUNDS, declared
 
 # plot.py discards a run whose departure window is shorter than this fraction of the runtime
 # (0.75 in Jan 2017, 0.8 since June 2017).
@@ -326,6 +326,9 @@ def parse_datalink_log(path: Path | str, data: bytes | None = None) -> DatalinkL
     flow_plus, flow_minus = col4[plus], col5[minus]
     if np.any(flow_plus != np.floor(flow_plus)) or np.any(flow_minus != np.floor(flow_minus)):
         raise _first_problem(body, source)
+    largest_flow = max(flow_plus.max(initial=0), flow_minus.max(initial=0))
+    if largest_flow > BOUNDS["flows"].high:
+        declared("flows", largest_flow, f"{source}: its largest flow id", "check the file")
 
     init = _INIT_RE.search(body) or _BASE_RE.search(body)
     return DatalinkLog(

@@ -56,12 +56,15 @@ HOSTILE = [
     ("flows 0", "t.csv", "# flows: 0\n" + ROW, "flows '0' is not a whole number from 1 to 64"),
     ("flows 2.5", "t.csv", "# flows: 2.5\n" + ROW, "flows '2.5' is not a whole number"),
     ("flows past Pantheon's", "t.csv", "# flows: 65\n" + ROW, "from 1 to 64 (flows per run, Pantheon's -f)"),
-    ("negative runtime", "t.csv", "# runtime_s: -5\n" + ROW, "runtime_s '-5' is not a number above 0 and at most 600 s"),
+    ("negative runtime", "t.csv", "# runtime_s: -5\n" + ROW,
+     "runtime_s '-5' is not a number above 0 and at most 600 s"),
     ("zero runtime", "t.csv", "# runtime_s: 0\n" + ROW, "runtime_s '0' is not a number above 0"),
     ("runtime of a day", "t.csv", "# runtime_s: 86400\n" + ROW, "at most 600 s"),
     ("negative interval", "t.csv", "# interval_s: -1\n" + ROW, "interval_s '-1' is not a number from 0 to 600 s"),
-    ("run_times 1e12", "t.csv", "# run_times: 1000000000000\n" + ROW, "runs '1000000000000' is not a whole number from 1 to 1000"),
-    ("std_ddof not a number", "t.csv", "# std_ddof: sample\n" + ROW, "std_ddof 'sample' is not a whole number from 0 to 1"),
+    ("run_times 1e12", "t.csv", "# run_times: 1000000000000\n" + ROW,
+     "runs '1000000000000' is not a whole number from 1 to 1000"),
+    ("std_ddof not a number", "t.csv", "# std_ddof: sample\n" + ROW,
+     "std_ddof 'sample' is not a whole number from 0 to 1"),
     ("std_ddof 5", "t.csv", "# std_ddof: 5\n" + ROW, "std_ddof '5' is not"),
     ("runs past the bound", "t.csv", ROW.replace(",10,", ",99999999999,"), "t.csv:2: runs '99999999999' is not"),
     ("a flow key past the bound", "t.csv",
@@ -171,3 +174,37 @@ def test_a_huge_declared_count_is_refused_in_milliseconds_without_allocating(tmp
     seconds, message = done.stdout.split(" ", 1)
     assert words in message
     assert float(seconds) < 0.5, seconds
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"cubic": {"1": {"all": {"tput": ' + "9" * 5000 + "}}}}"])
+def test_json_no_parser_survives_is_one_line(tmp_path, text):
+    """Nesting past Python's recursion limit, a number past its digit limit: malformed JSON."""
+    directory = _data_dir(tmp_path / "data", perf=text)
+    with pytest.raises(InputError, match="pantheon_perf.json: malformed pantheon_perf.json") as error:
+        load_target(str(directory))
+    assert "\n" not in str(error.value)
+
+
+def test_a_datalink_flow_id_past_the_bound_is_refused(tmp_path):
+    directory = _data_dir(tmp_path / "data", perf={})
+    (directory / "pantheon_perf.json").unlink()
+    (directory / "cubic_datalink_run1.log").write_text(
+        "# base timestamp: 0\n0 + 1500 99999999999999999999\n1 - 1500 5 99999999999999999999\n")
+    with pytest.raises(InputError, match="its largest flow id: flows 1e\\+20 is not a whole number from 1 to 64"):
+        load_target(str(directory))
+
+
+def test_any_other_reader_failure_is_one_input_error(tmp_path, monkeypatch):
+    """What a reader did not foresee is still the input's refusal, one line, not a traceback."""
+    import calibrate.targets.load as load
+
+    def fails(path, **_):
+        raise RecursionError("maximum recursion depth exceeded\nwhile reading")
+
+    monkeypatch.setattr(load, "read_summary_table", fails)
+    path = _write(tmp_path, "t.csv", ROW)
+    with pytest.raises(InputError) as error:
+        load_target(str(path))
+    assert str(error.value) == (f"{path}: cannot be read (RecursionError: maximum recursion depth exceeded while "
+                                "reading); it is not a Pantheon result or table this calibrate reads")
