@@ -16,11 +16,14 @@ one job at a time (`--max-running` says more).
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate.errors import InputError
+from calibrate.errors import InputError, Notice
 from calibrate.evaluation import SLOTS_PER_CORE
 from calibrate.targets.archive import DEFAULT_MAX_BYTES
 
@@ -40,6 +43,22 @@ DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024**2
 #: how long a cancelled job's processes have to end after SIGTERM before they are killed: a
 #: calibration stops its Ray and its engines (each engine stops at once on SIGTERM) in seconds
 CANCEL_GRACE_S = 60.0
+
+
+def make_private(paths: Iterable[Path], what: str) -> list[Path]:
+    """Take every access of group and others away from `paths` (the service's state is its
+    user's alone: the store holds token hashes and every job, the directories every upload and
+    result); say so, as a note, where one was open to them.  The paths tightened."""
+    tightened = []
+    for path in paths:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+            tightened.append(path)
+    if tightened:
+        warnings.warn(f"made {what} {', '.join(map(str, tightened))} private to this user (others could "
+                      f"read {'them' if len(tightened) > 1 else 'it'})", Notice, stacklevel=2)
+    return tightened
 
 
 def host_slots() -> int:
@@ -102,9 +121,13 @@ class ServiceSettings:
         return self.root / "uploads"
 
     def make_dirs(self) -> None:
-        for directory in (self.root, self.jobs_dir, self.cache_dir, self.uploads_dir):
+        """The root, and in it the jobs', cache's and uploads' directories, private to this user
+        (mode 0700; tightened where they exist with looser modes)."""
+        private = (self.jobs_dir, self.cache_dir, self.uploads_dir)
+        for directory in (self.root, *private):
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(mode=0o700 if directory in private else 0o777, parents=True, exist_ok=True)
             except OSError as error:
                 raise InputError(f"cannot create the service's directory {directory} "
                                  f"({error.strerror or error}); choose another --root") from None
+        make_private(private, "the service's directories")
