@@ -83,7 +83,7 @@ def read_metadata(path: Path) -> Metadata:
         raise InputError(f"{path}: 'cc_schemes' is {schemes!r}; expected a list of scheme names "
                          "or one space-separated string")
     # Pantheon's -f 0 runs one flow without a tunnel: one flow at the link
-    flows = 1 if data.get("flows") in (0, "0") else number("flows", "flows", 1)
+    flows = 1 if str(data.get("flows")) == "0" else number("flows", "flows", 1)
     return Metadata(labels, flows, number("interval", "interval_s", 0.0),
                     number("runtime", "runtime_s", None), number("run_times", "runs", None),
                     number("start_run_id", "run", 1), era, _describe_path(data))
