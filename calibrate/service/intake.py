@@ -32,7 +32,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -322,9 +322,12 @@ def save_upload(source: BinaryIO, filename: str | None, settings: ServiceSetting
 
 def load_upload(upload: SavedUpload, settings: ServiceSettings) -> Target:
     """The uploaded target; a refusal names the upload as the client named it, not the place
-    the server keeps it."""
+    the server keeps it.  An archive is extracted beside the upload, not into the cache: the job
+    runs on the target as loaded, so the extraction goes with the upload (`SavedUpload.discard`)
+    whether the request is taken or refused."""
     try:
-        return load_path(upload.path, fetch=fetch_options(settings, offline=True))
+        return load_path(upload.path, fetch=replace(fetch_options(settings, offline=True),
+                                                    cache_dir=upload.directory))
     except InputError as error:
         text = str(error).replace(str(upload.path), f"the upload {upload.filename!r}")
         raise InputError(text.replace("the download may be incomplete: delete it and fetch it again",
