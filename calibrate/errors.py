@@ -4,6 +4,9 @@ Every message is written for a person: it names the problem and says what to do.
 prints it on one line and exits non-zero; no traceback reaches the user for bad input.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class CalibrateError(Exception):
     """Base class: something the user can fix, with a message that says how."""
@@ -48,3 +51,19 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+@contextmanager
+def read_as_input(source: str) -> Iterator[None]:
+    """Any failure of a reader on `source` as one InputError line.  A reader's own errors pass
+    as they are; anything else the input provoked (a ValueError deep in a parser, a recursion too
+    deep) is named with the input, so that the CLI exits 2 and the service answers 422 rather
+    than showing a traceback.  Running out of memory is not the input's message to give."""
+    try:
+        yield
+    except (CalibrateError, MemoryError):
+        raise
+    except Exception as error:
+        text = " ".join(str(error).split())[:200]
+        raise InputError(f"{source}: cannot be read ({type(error).__name__}: {text}); it is not a "
+                         "Pantheon result or table this calibrate reads") from None

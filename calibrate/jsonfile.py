@@ -35,3 +35,9 @@ def parse_json(text: str, *, source: str, what: str = "JSON") -> Any:
     except json.JSONDecodeError as error:
         raise InputError(f"{source}:{error.lineno}:{error.colno}: malformed {what}: {error.msg}; "
                          "fix or remove the file") from None
+    except RecursionError:  # arrays or objects nested thousands deep: no file of ours is
+        raise InputError(f"{source}: malformed {what}: nested too deeply to be one; check that "
+                         "it is the right file") from None
+    except ValueError as error:  # a number of more digits than Python converts (4300)
+        raise InputError(f"{source}: malformed {what}: {type(error).__name__} (a number of "
+                         "thousands of digits?); fix or remove the file") from None

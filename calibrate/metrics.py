@@ -27,6 +27,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
+from calibrate.targets.bounds import BOUNDS, declared
 
 # plot.py discards a run whose departure window is shorter than this fraction of the runtime
 # (0.75 in Jan 2017, 0.8 since June 2017).
@@ -325,6 +326,9 @@ def parse_datalink_log(path: Path | str, data: bytes | None = None) -> DatalinkL
     flow_plus, flow_minus = col4[plus], col5[minus]
     if np.any(flow_plus != np.floor(flow_plus)) or np.any(flow_minus != np.floor(flow_minus)):
         raise _first_problem(body, source)
+    largest_flow = max(flow_plus.max(initial=0), flow_minus.max(initial=0))
+    if largest_flow > BOUNDS["flows"].high:
+        declared("flows", largest_flow, f"{source}: its largest flow id", "check the file")
 
     init = _INIT_RE.search(body) or _BASE_RE.search(body)
     return DatalinkLog(
@@ -533,9 +537,10 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
             raise fail(f"[{cc!r}]", "is not an object of runs")
         out[cc] = {}
         for run, flows in by_run.items():
-            where = f"[{cc!r}][{run!r}]"
+            where = f"[{cc!r}][{str(run)[:20]!r}]"
             if not str(run).isdigit():
                 raise fail(where, "run ids are whole numbers")
+            run_id = declared("run", run, f"{source}: [{cc!r}]", "correct or delete that run")
             if not isinstance(flows, dict) or TOTAL not in flows:
                 raise fail(where, f"has no {TOTAL!r} entry")
             entry = {}
@@ -554,5 +559,5 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
                 tput = nums["tput"]
                 assert tput is not None  # a missing 'tput' raised above
                 entry[str(flow)] = FlowMetrics(tput, nums["delay"], nums["loss"])
-            out[cc][int(run)] = entry
+            out[cc][run_id] = entry
     return out

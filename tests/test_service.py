@@ -14,10 +14,13 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from calibrate.errors import Notice
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import RunDir
 from calibrate.service.intake import CalibrationRequest, Intake, RunOptions, ScoreRequest
@@ -44,12 +48,15 @@ pytestmark = pytest.mark.needs_root
 
 #: the shared server's upload limit, small enough to pass with a test archive
 UPLOAD_LIMIT = 200_000
+#: the shared server's expansion limit for an uploaded archive (its default is 1 GiB)
+EXTRACT_LIMIT = 10 * 1024**2
 NEPAL_CSV = Path(__file__).parents[1] / "calibrate" / "data" / "nepal-2017-01-03.csv"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("service"), "--max-upload-bytes", str(UPLOAD_LIMIT)) as server:
+    with running_server(tmp_path_factory.mktemp("service"), "--max-upload-bytes", str(UPLOAD_LIMIT),
+                        "--max-extract-bytes", str(EXTRACT_LIMIT)) as server:
         yield server
     assert server.process is not None and server.process.returncode == 0, server.log.read_text()
 
@@ -310,11 +317,45 @@ def _chunks(size: int, chunk: int = 16384) -> Iterator[bytes]:
         yield b" " * min(chunk, size - start)
 
 
+def _tar_gz(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+_ROW = "scheme,runs,tput_mbps_mean,delay_p95_ms_mean,loss_pct_mean\ncubic,10,5.1,52.0,0.2\n"
+_JSON_LOSS_5 = json.dumps({"schemes": {"cubic": {"runs": 10, "tput_mbps": {"mean": 5.1},
+                                                 "delay_p95_ms": {"mean": 52.0}, "loss": 5}}})
+#: uploads a reader refuses (item 1-3 of issue 27): (name, bytes)
+HOSTILE_UPLOADS = {
+    "table declaring 1e30 flows": ("t.csv", f"# flows: 1e30\n{_ROW}".encode()),
+    "table declaring nan flows": ("t.csv", f"# flows: nan\n{_ROW}".encode()),
+    "table with a std_ddof that is no number": ("t.csv", f"# std_ddof: sample\n{_ROW}".encode()),
+    "table with a negative runtime": ("t.csv", f"# runtime_s: -30\n{_ROW}".encode()),
+    "JSON table with loss: 5": ("t.json", _JSON_LOSS_5.encode()),
+    "target JSON of a bad version": ("t.json", b'{"format": "calibrate-target", "version": "x", "schemes": []}'),
+    "archive 1000 directories deep": ("deep.tar.gz", _tar_gz([("a/" * 1000 + "pantheon_perf.json", b"{}")])),
+    "archive with a newline in a member name": ("nl.tar.gz", _tar_gz([("exp\nx/pantheon_perf.json", b"{}")])),
+    "archive expanding past the limit": ("bomb.tar.gz", _tar_gz([("exp/cubic_datalink_run1.log",
+                                                                   b"\0" * (2 * EXTRACT_LIMIT))])),
+    "archive refused after its extraction": ("junk.tar.gz", _tar_gz([("exp/cubic_datalink_run1.log",
+                                                                       b"not a datalink line\n" * 100_000)])),
+}
+
+
 def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dict, int, str]]:
     """(what, method path, request, status, words of the message)."""
     auth = {"Authorization": f"Bearer {token}"}
     post = "POST /v1/calibrations"
     big = io.BytesIO(b"x" * (UPLOAD_LIMIT + 1))
+
+    def upload(what: str) -> dict:
+        return {"files": {"archive": HOSTILE_UPLOADS[what]}, "headers": auth}
+
     return [
         ("malformed JSON", post, {"content": b'{"target": "nepal",', "headers": auth}, 400, "not valid JSON"),
         ("not an object", post, {"json": [1, 2], "headers": auth}, 422, "must be a JSON object"),
@@ -392,24 +433,99 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("score of a malformed emulator", "POST /v1/scores",
          {"json": {"target": "nepal", "emulator": "mm-delay x mm-link 12mbps.trace 12mbps.trace"},
           "headers": auth}, 422, "mm-delay takes an integer"),
+        ("budget as a string", post, {"json": {"target": "nepal", "options": {"budget": "10"}}, "headers": auth},
+         422, 'options.budget: Input should be a valid integer (got "10")'),
+        ("budget true", post, {"json": {"target": "nepal", "options": {"budget": True}}, "headers": auth},
+         422, "options.budget: Input should be a valid integer (got true)"),
+        ("a Last-Event-ID of 5000 digits", "GET /v1/calibrations/0123456789abcdef/events",
+         {"headers": {"Last-Event-ID": "9" * 5000}}, 400, "the Last-Event-ID header (5000 characters)"),
+        ("table declaring 1e30 flows", post, upload("table declaring 1e30 flows"), 422,
+         "the upload 't.csv': flows '1e30' is not a whole number from 1 to 64 (flows per run, Pantheon's -f)"),
+        ("table declaring nan flows", post, upload("table declaring nan flows"), 422, "flows 'nan' is not"),
+        ("table with a std_ddof that is no number", post, upload("table with a std_ddof that is no number"), 422,
+         "std_ddof 'sample' is not a whole number from 0 to 1"),
+        ("table with a negative runtime", post, upload("table with a negative runtime"), 422,
+         "runtime_s '-30' is not a number above 0"),
+        ("JSON table with loss: 5", post, upload("JSON table with loss: 5"), 422,
+         '"loss" holds fractions (0.004), "loss_pct" percent (0.4)'),
+        ("target JSON of a bad version", post, upload("target JSON of a bad version"), 422, "version 'x' is not 1"),
+        ("archive 1000 directories deep", post, upload("archive 1000 directories deep"), 422,
+         "is more than 16 directories deep"),
+        ("archive with a newline in a member name", post, upload("archive with a newline in a member name"), 422,
+         "member 'exp\\nx/pantheon_perf.json' has a control character in its name"),
+        ("archive expanding past the limit", post, upload("archive expanding past the limit"), 422,
+         f"past the size limit of {EXTRACT_LIMIT} bytes"),
+        ("archive refused after its extraction", post, upload("archive refused after its extraction"), 422,
+         "no valid run of any scheme"),
     ]
 
 
 BAD = [row[0] for row in _bad_requests("", "", "")]
+#: the rows about the shared calibration (the rest need only the server)
+ABOUT_A_JOB = {row[0] for row in _bad_requests("", "", "JOB-ID") if "JOB-ID" in repr(row)}
 
 
 @pytest.mark.parametrize("what", BAD)
-def test_bad_requests_are_refused_with_a_sentence(server, finished, what):
-    (_, request, kwargs, status, words), = [row for row in _bad_requests(server.url, server.token, finished["id"])
-                                           if row[0] == what]
-    method, path = request.split(" ", 1)
+def test_bad_requests_are_refused_with_a_sentence(server, request, what):
+    job_id = request.getfixturevalue("finished")["id"] if what in ABOUT_A_JOB else ""
+    (_, method_path, kwargs, status, words), = [row for row in _bad_requests(server.url, server.token, job_id)
+                                               if row[0] == what]
+    method, path = method_path.split(" ", 1)
     response = httpx.request(method, server.url + path, timeout=60, **kwargs)
     detail = response.json()["detail"]
     print(f"{what}: {method} {path} -> {response.status_code}: {detail}")
     assert response.status_code == status, detail
-    assert isinstance(detail, str) and words in detail
+    assert isinstance(detail, str) and words in detail and "\n" not in detail
     if status == 401:
         assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_hostile_uploads_leave_nothing_and_one_log_line_each(server):
+    """Every upload a reader refuses: 422, nothing of it under the server's root (the upload, an
+    extraction in the cache, a job), and one line in the server's log, no traceback."""
+    jobs_before = set(os.listdir(server.root / "jobs"))
+    log_before = server.log.read_text()
+    for what, upload in HOSTILE_UPLOADS.items():
+        response = server.post("/v1/calibrations", files={"archive": upload})
+        assert response.status_code == 422, (what, response.text)
+    assert os.listdir(server.root / "uploads") == []
+    assert [p for p in (server.root / "cache").rglob("*") if not p.is_dir()] == []
+    assert set(os.listdir(server.root / "jobs")) == jobs_before
+    log = server.log.read_text()[len(log_before):]
+    assert "Traceback" not in log, log[-4000:]
+    refused = [line for line in log.splitlines() if line.startswith("calibrate: refused POST /v1/calibrations: 422 ")]
+    assert len(refused) == len(HOSTILE_UPLOADS), log
+
+
+def test_the_service_state_is_private_to_its_user(server):
+    assert stat.S_IMODE((server.root / "service.sqlite").stat().st_mode) == 0o600
+    for name in ("jobs", "uploads", "cache"):
+        assert stat.S_IMODE((server.root / name).stat().st_mode) == 0o700, name
+
+
+def test_loose_state_is_made_private_at_start_and_said(tmp_path):
+    """A root made with looser modes (an older server, a umask of 022): tightened, with a note."""
+    settings = ServiceSettings(root=tmp_path / "root")
+    for directory in (settings.jobs_dir, settings.uploads_dir, settings.cache_dir):
+        directory.mkdir(parents=True, mode=0o755)
+        directory.chmod(0o755)
+    store_file = settings.root / "service.sqlite"
+    Store(settings.store).close()
+    store_file.chmod(0o644)
+    with pytest.warns(Notice) as notes:
+        settings.make_dirs()
+        Store(settings.store).close()
+    assert [str(n.message).split(" ", 3)[:3] for n in notes] == [["made", "the", "service's"], ["made", "the", "job"]]
+    assert "private to this user" in str(notes[0].message) and str(settings.jobs_dir) in str(notes[0].message)
+    assert stat.S_IMODE(store_file.stat().st_mode) == 0o600
+    assert all(stat.S_IMODE(d.stat().st_mode) == 0o700
+               for d in (settings.jobs_dir, settings.uploads_dir, settings.cache_dir))
+    fresh = ServiceSettings(root=tmp_path / "fresh")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to tighten, nothing said
+        fresh.make_dirs()
+        Store(fresh.store).close()
+    assert stat.S_IMODE((fresh.root / "service.sqlite").stat().st_mode) == 0o600
 
 
 # ----------------------------------------------------------------------------------------------

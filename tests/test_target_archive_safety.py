@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from calibrate.cli import main
 from calibrate.errors import InputError
-from calibrate.targets.archive import Limits, extract_archive, safe_member_path
+from calibrate.service.settings import ServiceSettings
+from calibrate.targets.archive import DEFAULT_MAX_BYTES, Limits, extract_archive, safe_member_path
 from calibrate.targets.load import load_target
 from calibrate.targets.result_id import FetchOptions
 from pantheon_fixtures import ERAS, add_tar_member, write_data_dir
@@ -163,3 +165,81 @@ def test_truncated_archive_says_to_fetch_again(tmp_path):
 ])
 def test_safe_member_path(name, safe):
     assert safe_member_path(name) == safe
+
+
+# ----------------------------------------------------------------------------------------------
+# Nothing of a refused archive stays; every refusal is one line
+
+#: the expansion limit of the tests below (the default, `DEFAULT_MAX_BYTES`, is 1 GiB)
+SMALL_LIMIT = 10 * 1024**2
+
+
+def _tar_gz(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members:
+            add_tar_member(tar, name, data)
+    return path
+
+
+def _refusal(archive: Path, cache: Path, limit: int = SMALL_LIMIT) -> str:
+    with pytest.raises(InputError) as error:
+        load_target(str(archive), fetch=FetchOptions(cache_dir=cache, max_extract_bytes=limit))
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("bomb", ["one member past the limit", "members adding up past the limit",
+                                  "extracted, then refused by the reader"])
+def test_a_refused_archive_leaves_nothing_in_the_cache(tmp_path, bomb):
+    """Small archives that expand past the limit (refused while extracting), or within it but
+    holding no result (refused after extracting): the cache keeps no file of either."""
+    archive = tmp_path / "2019-01-01T00-00-A-to-B-1-run.tar.gz"
+    if bomb == "one member past the limit":  # ~20 kB that declares 2x the limit
+        _tar_gz(archive, [("exp/cubic_datalink_run1.log", b"\0" * (2 * SMALL_LIMIT))])
+    elif bomb == "members adding up past the limit":  # two members are written before the third
+        _tar_gz(archive, [(f"exp/cubic_datalink_run{i}.log", b"\0" * (SMALL_LIMIT // 3 + 1))
+                          for i in (1, 2, 3)])
+    else:
+        _tar_gz(archive, [("exp/cubic_datalink_run1.log", b"not a datalink line\n" * 200_000)])
+    assert archive.stat().st_size < 1024**2
+    cache = tmp_path / "cache"
+    message = _refusal(archive, cache)
+    if bomb == "extracted, then refused by the reader":
+        assert "no valid run of any scheme" in message
+    else:
+        assert f"past the size limit of {SMALL_LIMIT} bytes" in message
+    assert [p for p in cache.rglob("*") if not p.is_dir()] == []
+    assert [p.name for p in cache.rglob("*")] in ([], ["extracted"])
+
+
+def test_a_member_1000_directories_deep_is_refused_in_one_line(tmp_path):
+    archive = _tar_gz(tmp_path / "deep.tar.gz", [("a/" * 1000 + "pantheon_perf.json", b"{}")])
+    message = _refusal(archive, tmp_path / "cache")
+    assert "is more than 16 directories deep" in message and len(message) < 600
+
+
+def test_a_newline_in_a_member_name_is_one_line_in_the_cli(tmp_path, capsys):
+    archive = _tar_gz(tmp_path / "nl.tar.gz", [("exp\nline/pantheon_perf.json", b"{")])
+    assert "member 'exp\\nline/pantheon_perf.json' has a control character in its name" in \
+        _refusal(archive, tmp_path / "cache")
+    assert main(["target", "show", str(archive), "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "control character" in err, err
+
+
+def test_zip_members_without_file_type_bits_are_regular_files(tmp_path):
+    """Python's zipfile.writestr(name, data) writes no file-type bits: a regular file."""
+    folder = tmp_path / "src"
+    write_data_dir(folder, ERAS["2018"], runs=1, labels=("cubic",))
+    archive = tmp_path / "plain.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.iterdir()):
+            zf.writestr(f"exp/{path.name}", path.read_bytes())
+    assert all(stat.S_IFMT(info.external_attr >> 16) == 0 for info in zipfile.ZipFile(archive).infolist())
+    assert load_target(str(archive), fetch=FetchOptions(cache_dir=tmp_path / "cache")).scheme_names == ["cubic"]
+
+
+def test_the_expansion_limit_is_what_a_pantheon_archive_needs():
+    assert DEFAULT_MAX_BYTES == 1024**3
+    assert FetchOptions().max_extract_bytes == ServiceSettings().max_extract_bytes == DEFAULT_MAX_BYTES

@@ -108,7 +108,8 @@ def add_source_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--offline", action="store_const", const=True, default=None,
                        help=f"use only the cache, never the network (env {r.ENV_OFFLINE}=1)")
     group.add_argument("--max-extract-bytes", type=int,
-                       help=f"refuse archives expanding past this (env {r.ENV_MAX_EXTRACT})")
+                       help=f"refuse archives expanding past this (env {r.ENV_MAX_EXTRACT}; "
+                            f"default {r.DEFAULT_MAX_BYTES})")
 
 
 def load_target_of(args: argparse.Namespace):

@@ -27,6 +27,7 @@ def _add_store_options(parser: argparse.ArgumentParser, *, verb: bool = True) ->
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from calibrate.service.settings import DEFAULT_HOST, DEFAULT_MAX_UPLOAD_BYTES, DEFAULT_PORT, JOB_SLOTS
+    from calibrate.targets.archive import DEFAULT_MAX_BYTES
 
     serve = subparsers.add_parser(
         "serve", help="run the calibration service: HTTP API, job store and web page",
@@ -46,12 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             f"1 with --address)")
     serve.add_argument("--max-upload-bytes", type=int, default=DEFAULT_MAX_UPLOAD_BYTES, metavar="N",
                        help="largest archive or table a request may upload (default: %(default)s)")
+    serve.add_argument("--max-extract-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
+                       help="refuse an archive whose members expand past this (default: %(default)s)")
     serve.set_defaults(func=_serve)
 
     verbs = serve.add_subparsers(dest="serve_command", title="managing the API tokens", metavar="token")
     # after add_subparsers, which names the verbs' programs from the usage: `token` is optional
     serve.usage = ("calibrate serve [-h] [--root DIR] [--store URL] [--host HOST] [--port PORT] [--address ADDRESS]\n"
-                   "                       [--max-running N] [--max-upload-bytes N]\n"
+                   "                       [--max-running N] [--max-upload-bytes N] [--max-extract-bytes N]\n"
                    "       calibrate serve token {create,list,revoke} ...")
     token = verbs.add_parser("token", help="the API tokens writes need",
                              description="Create, list or revoke the server's API tokens (stored hashed).")
@@ -94,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise InputError(f"--port must be a port number (1 to 65535), got {args.port}")
     settings = _settings(args, address=args.address, max_running=args.max_running,
-                         max_upload_bytes=args.max_upload_bytes)
+                         max_upload_bytes=args.max_upload_bytes, max_extract_bytes=args.max_extract_bytes)
     require_root()
     app = create_app(settings)
     store = app.state.store

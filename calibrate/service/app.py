@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -65,6 +66,9 @@ FORM_OVERHEAD = 64 * 1024
 EVENT_POLL_S = 0.5
 KEEPALIVE_S = 15.0
 EXAMPLE = '{"target": "nepal", "options": {"budget": 24, "links": "constant"}}'
+#: the longest Last-Event-ID an event stream reads: its ids count evaluations, which are fewer
+#: than a job's budget (at most MAX_BUDGET per link kind)
+MAX_EVENT_ID_DIGITS = 9
 
 
 # ----------------------------------------------------------------------------------------------
@@ -261,7 +265,11 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     @app.exception_handler(CalibrateError)
     async def refused(request: Request, error: CalibrateError) -> JSONResponse:
         status = 503 if isinstance(error, EnvironmentProblem) else 422
-        return JSONResponse({"detail": str(error)}, status_code=status)
+        detail = " ".join(str(error).split())
+        # the server's log: one line per refused request, what its client was told
+        print(f"calibrate: refused {request.method} {request.url.path}: {status} {detail[:500]}",
+              file=sys.stderr, flush=True)
+        return JSONResponse({"detail": detail}, status_code=status)
 
     def authorized(request: Request) -> str:
         header = request.headers.get("authorization")
@@ -368,9 +376,13 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
              summary="server-sent events: one per finished evaluation, state changes, the end",
              response_class=StreamingResponse)
     async def events(job_id: str, request: Request) -> StreamingResponse:
+        header = request.headers.get("last-event-id", "").strip()
+        if len(header) > MAX_EVENT_ID_DIGITS:
+            raise _refuse(400, f"the Last-Event-ID header ({len(header)} characters) is not an event id of "
+                               f"this stream (at most {MAX_EVENT_ID_DIGITS} digits); leave it out to start "
+                               f"from the first event")
+        after = int(header) if header.isdigit() else 0
         job = job_of(job_id, CALIBRATION)
-        header = request.headers.get("last-event-id", "")
-        after = int(header) if header.strip().isdigit() else 0
 
         async def stream() -> AsyncIterator[str]:
             sent, state, quiet = after, None, 0.0

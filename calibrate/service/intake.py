@@ -32,11 +32,11 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_validator
 
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import CalibrateError, InputError
@@ -103,7 +103,8 @@ def _names(value: str | list[str] | None, what: str) -> list[str] | None:
 
 
 class RunOptions(BaseModel):
-    """The options of `calibrate run` a request may give (the rest are the server's)."""
+    """The options of `calibrate run` a request may give (the rest are the server's).  Numbers
+    are JSON numbers (strict): "10" and true are no budget."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -111,16 +112,20 @@ class RunOptions(BaseModel):
         default=None, description="target schemes to score, 'cubic,vegas' or a list; 'all' or none: every one")
     links: str | list[str] | None = Field(
         default=None, description="link kinds: constant, poisson or both (default: what the target shows, else both)")
-    budget: int = Field(default=_DEFAULTS.budget, ge=1, le=MAX_BUDGET, description="evaluations per link kind")
-    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, description="runs of each scheme")
-    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, description="seconds per run")
+    budget: int = Field(default=_DEFAULTS.budget, ge=1, le=MAX_BUDGET, strict=True,
+                        description="evaluations per link kind")
+    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, strict=True,
+                            description="runs of each scheme")
+    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, strict=True,
+                           description="seconds per run")
     optimizer: Literal["gpytorch", "skopt", "random"] = "gpytorch"  # RunConfig's (tests check)
-    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1)
-    fix: dict[str, float] = Field(default_factory=dict, description="fixed parameters, e.g. {\"loss\": 0}")
-    bound: dict[str, tuple[float, float]] = Field(
+    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1, strict=True)
+    fix: dict[str, StrictFloat] = Field(default_factory=dict, description="fixed parameters, e.g. {\"loss\": 0}")
+    bound: dict[str, tuple[StrictFloat, StrictFloat]] = Field(
         default_factory=dict, description="search bounds, e.g. {\"queue\": [10, 400]}")
-    time_limit: float | None = Field(default=None, gt=0, le=30 * 86400, description="seconds of calibration")
-    n_initial: int | None = Field(default=None, ge=1, le=MAX_BUDGET, description="initial design size")
+    time_limit: float | None = Field(default=None, gt=0, le=30 * 86400, strict=True,
+                                     description="seconds of calibration")
+    n_initial: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True, description="initial design size")
 
     @field_validator("schemes")
     @classmethod
@@ -177,9 +182,9 @@ class ScoreRequest(BaseModel):
                           description="a Mahimahi command line or Pantheon test.py arguments; traces "
                                       "named by rate (12mbps.trace, 0.57mbps-poisson.trace)")
     schemes: str | list[str] | None = None
-    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES)
-    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S)
-    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1)
+    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, strict=True)
+    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, strict=True)
+    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1, strict=True)
     force: bool = False
 
     @field_validator("schemes")
@@ -317,9 +322,12 @@ def save_upload(source: BinaryIO, filename: str | None, settings: ServiceSetting
 
 def load_upload(upload: SavedUpload, settings: ServiceSettings) -> Target:
     """The uploaded target; a refusal names the upload as the client named it, not the place
-    the server keeps it."""
+    the server keeps it.  An archive is extracted beside the upload, not into the cache: the job
+    runs on the target as loaded, so the extraction goes with the upload (`SavedUpload.discard`)
+    whether the request is taken or refused."""
     try:
-        return load_path(upload.path, fetch=fetch_options(settings, offline=True))
+        return load_path(upload.path, fetch=replace(fetch_options(settings, offline=True),
+                                                    cache_dir=upload.directory))
     except InputError as error:
         text = str(error).replace(str(upload.path), f"the upload {upload.filename!r}")
         raise InputError(text.replace("the download may be incomplete: delete it and fetch it again",

@@ -16,12 +16,16 @@ one job at a time (`--max-running` says more).
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from calibrate.errors import InputError
+from calibrate.errors import InputError, Notice
 from calibrate.evaluation import SLOTS_PER_CORE
+from calibrate.targets.archive import DEFAULT_MAX_BYTES
 
 DEFAULT_ROOT = Path("runs/service")
 DEFAULT_HOST = "127.0.0.1"
@@ -36,11 +40,25 @@ JOB_SLOTS = 2 * SLOTS_PER_CORE
 #: the largest upload (archive or table) by default: a Pantheon data archive without the raw
 #: tunnel logs of a 10-run, 17-scheme result is a few hundred MB
 DEFAULT_MAX_UPLOAD_BYTES = 512 * 1024**2
-#: an uploaded archive may expand to this many times its size (a decompression bomb past it)
-EXTRACT_FACTOR = 20
 #: how long a cancelled job's processes have to end after SIGTERM before they are killed: a
 #: calibration stops its Ray and its engines (each engine stops at once on SIGTERM) in seconds
 CANCEL_GRACE_S = 60.0
+
+
+def make_private(paths: Iterable[Path], what: str) -> list[Path]:
+    """Take every access of group and others away from `paths` (the service's state is its
+    user's alone: the store holds token hashes and every job, the directories every upload and
+    result); say so, as a note, where one was open to them.  The paths tightened."""
+    tightened = []
+    for path in paths:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
+            tightened.append(path)
+    if tightened:
+        warnings.warn(f"made {what} {', '.join(map(str, tightened))} private to this user (others could "
+                      f"read {'them' if len(tightened) > 1 else 'it'})", Notice, stacklevel=2)
+    return tightened
 
 
 def host_slots() -> int:
@@ -57,6 +75,8 @@ class ServiceSettings:
     address: str | None = None  # a Ray cluster every job joins; None: each its embedded Ray
     max_running: int | None = None  # None: the default of the module docstring
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    #: what an archive may expand to, as the CLI's default (`calibrate.targets.archive`)
+    max_extract_bytes: int = DEFAULT_MAX_BYTES
     python: str = sys.executable  # the interpreter the jobs run `-m calibrate` with
     cancel_grace_s: float = CANCEL_GRACE_S
 
@@ -65,6 +85,8 @@ class ServiceSettings:
             raise InputError(f"--max-running must be at least 1 job, got {self.max_running}")
         if self.max_upload_bytes < 1:
             raise InputError(f"--max-upload-bytes must be at least 1, got {self.max_upload_bytes}")
+        if self.max_extract_bytes < 1:
+            raise InputError(f"--max-extract-bytes must be at least 1, got {self.max_extract_bytes}")
         object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
 
     @property
@@ -87,10 +109,6 @@ class ServiceSettings:
         return max(1, host_slots() // self.running_limit)
 
     @property
-    def max_extract_bytes(self) -> int:
-        return EXTRACT_FACTOR * self.max_upload_bytes
-
-    @property
     def jobs_dir(self) -> Path:
         return self.root / "jobs"
 
@@ -103,9 +121,13 @@ class ServiceSettings:
         return self.root / "uploads"
 
     def make_dirs(self) -> None:
-        for directory in (self.root, self.jobs_dir, self.cache_dir, self.uploads_dir):
+        """The root, and in it the jobs', cache's and uploads' directories, private to this user
+        (mode 0700; tightened where they exist with looser modes)."""
+        private = (self.jobs_dir, self.cache_dir, self.uploads_dir)
+        for directory in (self.root, *private):
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(mode=0o700 if directory in private else 0o777, parents=True, exist_ok=True)
             except OSError as error:
                 raise InputError(f"cannot create the service's directory {directory} "
                                  f"({error.strerror or error}); choose another --root") from None
+        make_private(private, "the service's directories")

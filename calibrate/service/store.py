@@ -20,9 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import os
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -39,10 +41,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 
 from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.service.settings import make_private
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED)
@@ -144,6 +147,7 @@ class Store:
     def __post_init__(self) -> None:
         try:
             if self.url.startswith("sqlite"):
+                _private_sqlite(self.sqlite_files)
                 # several threads (requests, the scheduler) and processes (`serve token`) at once
                 self.engine = create_engine(self.url, connect_args={"timeout": 30})
                 event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -157,6 +161,16 @@ class Store:
             reason = str(error.orig or error).strip().splitlines()[0]
             raise EnvironmentProblem(f"cannot open the job store {self.safe_url} ({reason}); check "
                                      f"that the database is running and the URL is right") from None
+
+    @property
+    def sqlite_files(self) -> list[Path]:
+        """The files of an SQLite store (the database, its write-ahead log and shared memory);
+        none for another database, or one in memory."""
+        database = make_url(self.url).database if self.url.startswith("sqlite") else None
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return []
+        path = Path(database)
+        return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
 
     @property
     def safe_url(self) -> str:
@@ -254,6 +268,21 @@ class Store:
     def _used(self, name: str) -> None:
         with self.engine.begin() as db:
             db.execute(update(tokens_table).where(tokens_table.c.name == name).values(last_used=now()))
+
+
+def _private_sqlite(files: list[Path]) -> None:
+    """An SQLite store's files readable by this user alone, before SQLite opens them: the
+    database created so, or tightened (`make_private`) with the log and shared memory it has;
+    SQLite gives the ones it creates the database's mode."""
+    if not files:
+        return
+    if files[0].exists():
+        make_private([f for f in files if f.exists()], "the job store")
+        return
+    try:
+        os.close(os.open(files[0], os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError:
+        pass  # SQLite says why it cannot open it, in its own words
 
 
 def _sqlite_pragmas(connection: Any, record: Any) -> None:

@@ -7,11 +7,15 @@ provenance.
 Safe extraction of archives that come from the internet:
 
 An archive is read in one streaming pass and rejected as a whole, before anything outside a fresh
-temporary directory is touched, if any member has an absolute path or a `..` component, is a
-link pointing outside the archive, is a device file or FIFO, or if the members expand past a size
-or count limit.  Links inside the archive are not needed by any Pantheon reader and are skipped.
-Only the members the caller wants are written; the temporary directory is renamed into place
-only once everything passed, so a rejected archive leaves nothing behind.
+temporary directory is touched, if any member has an absolute path or a `..` component, a
+control character in its name or more than `MAX_DEPTH` levels, is a link pointing outside the
+archive, is a device file or FIFO, or if the members expand past a size or count limit.  A zip
+member without file-type bits (Python's `zipfile.writestr` writes none) is a regular file.
+Links inside the archive are not needed by any Pantheon reader and are skipped.  Only the members
+the caller wants are written; the temporary directory is renamed into place
+only once everything passed, so a rejected archive leaves nothing behind; and an archive whose
+extraction is then refused by the reader (`read_archive`) has its extraction removed, so the
+cache holds only archives that were read.
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ from calibrate.targets.datadir import METADATA, PERF, parse_title, read_data_dir
 from calibrate.targets.model import Provenance, Target
 
 ARCHIVE_SUFFIXES = (".tar.xz", ".tar.gz", ".tar.bz2", ".tgz", ".txz", ".tar", ".zip")
-# Pantheon archives of a 10-run, 17-scheme experiment on a 100 Mbit/s path with raw tunnel logs
-# reach several GB; past this the archive is more likely a decompression bomb than a result.
-DEFAULT_MAX_BYTES = 32 * 1024**3
+#: the expanded size of an archive's members, all together: Pantheon's data archives (without
+#: the raw tunnel logs, which are a separate archive) expand to a few hundred MB at most; past
+#: 1 GiB an archive is more likely a decompression bomb than a result.  The CLI's
+#: --max-extract-bytes and `calibrate serve --max-extract-bytes` change it.
+DEFAULT_MAX_BYTES = 1024**3
 DEFAULT_MAX_MEMBERS = 200_000
+#: the most path components a member may have: a Pantheon archive holds one directory of files
+MAX_DEPTH = 16
 _CHUNK = 1024 * 1024
 
 
@@ -129,10 +137,16 @@ def _write_member(tmp: Path, rel: str, chunks, archive: Path, declared: int,
 
 
 def _member_path(archive: Path, name: str) -> str:
-    """The member's safe relative path; an absolute or climbing one rejects the archive."""
+    """The member's safe relative path; an absolute, climbing, too deep one, or one with a
+    control character, rejects the archive."""
+    shown = name if len(name) <= 200 else name[:200] + "..."
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise _reject(archive, shown, "has a control character in its name")
     rel = safe_member_path(name)
     if rel is None:
-        raise _reject(archive, name, "has an absolute path or a '..' component")
+        raise _reject(archive, shown, "has an absolute path or a '..' component")
+    if rel.count("/") >= MAX_DEPTH:
+        raise _reject(archive, shown, f"is more than {MAX_DEPTH} directories deep")
     return rel
 
 
@@ -209,7 +223,7 @@ def _extract_zip(archive: Path, tmp: Path, want, limits: Limits):
                     if _link_escapes(rel, target, relative_to_member=True):
                         raise _reject(archive, info.filename, f"is a link to {target!r}, "
                                                               "outside the archive")
-                elif mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                elif stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                     raise _reject(archive, info.filename, "is a device file, FIFO or other "
                                                           "special file")
             for info in infos:
@@ -260,12 +274,15 @@ def read_archive(path: Path | str, cache_dir: Path, max_extract_bytes: int = DEF
                 raise InputError(f"cannot extract {path.name} into {dest.parent}: "
                                  f"{error.strerror or error}; check the cache directory "
                                  "(--cache-dir)") from None
-    directory = _find_data_dir(dest, path)
     title = parse_title(path.name)
     prov = Provenance(kind="archive", source=str(path), name=title.name, date=title.date,
                       path_description=title.path_description, archive_name=path.name,
                       sha256=checksum)
-    return read_data_dir(directory, provenance=prov)
+    try:
+        return read_data_dir(_find_data_dir(dest, path), provenance=prov)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # the cache keeps only archives that were read
+        raise
 
 
 def _find_data_dir(root: Path, archive: Path) -> Path:

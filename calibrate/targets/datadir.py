@@ -35,6 +35,7 @@ from calibrate.metrics import (
     read_perf_json,
     run_stats,
 )
+from calibrate.targets.bounds import declared
 from calibrate.targets.model import DroppedRun, Provenance, RunResult, SchemeResult, Target, Workload
 
 METADATA = "pantheon_metadata.json"
@@ -66,14 +67,12 @@ def read_metadata(path: Path) -> Metadata:
     if not isinstance(data, dict):
         raise InputError(f"{path}: {METADATA} is a {type(data).__name__}, not an object")
 
-    def number(key: str, kind: type, default: Any) -> Any:
-        value = data.get(key, default)
+    def number(key: str, field: str, default: Any) -> Any:
+        """The number `key` declares, within the bound of `field` (`calibrate.targets.bounds`)."""
+        value = data.get(key)
         if value is None:
             return default
-        try:
-            return kind(float(value)) if kind is int else kind(value)
-        except (TypeError, ValueError):
-            raise InputError(f"{path}: {key!r} is {value!r}, not a number; fix the file") from None
+        return declared(field, value, str(path), f"correct {key!r} in {METADATA}")
 
     schemes = data.get("cc_schemes", [])
     if isinstance(schemes, str):  # 2016-17: one space-separated string
@@ -83,9 +82,11 @@ def read_metadata(path: Path) -> Metadata:
     else:
         raise InputError(f"{path}: 'cc_schemes' is {schemes!r}; expected a list of scheme names "
                          "or one space-separated string")
-    return Metadata(labels, max(1, number("flows", int, 1)), number("interval", float, 0.0),
-                    number("runtime", float, None), number("run_times", int, None),
-                    number("start_run_id", int, 1), era, _describe_path(data))
+    # Pantheon's -f 0 runs one flow without a tunnel: one flow at the link
+    flows = 1 if str(data.get("flows")) == "0" else number("flows", "flows", 1)
+    return Metadata(labels, flows, number("interval", "interval_s", 0.0),
+                    number("runtime", "runtime_s", None), number("run_times", "runs", None),
+                    number("start_run_id", "run", 1), era, _describe_path(data))
 
 
 def _first_line(value: Any) -> str | None:
@@ -177,7 +178,8 @@ def _scan(directory: Path) -> tuple[LogIndex, LogIndex, LogIndex]:
         m = _LOG_RE.match(entry.name)
         if not m or not entry.is_file():
             continue
-        cc, run = m.group("cc"), int(m.group("run"))
+        cc, run = m.group("cc"), declared("run", m.group("run"), f"{directory / entry.name}",
+                                          "rename or remove that file")
         if cc.endswith(MM_SUFFIX):
             if m.group("kind") == "datalink":
                 links.setdefault((cc[: -len(MM_SUFFIX)], run), entry)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from calibrate.errors import InputError
+from calibrate.errors import InputError, read_as_input
 from calibrate.jsonfile import read_json
 from calibrate.targets.archive import is_archive_name, read_archive
 from calibrate.targets.bundled import bundled_targets, load_bundled
@@ -63,7 +63,13 @@ def load_target(spec: str, *, fetch: FetchOptions | None = None) -> Target:
 
 def load_path(path: Path, *, fetch: FetchOptions | None = None) -> Target:
     """A file or directory: a data directory, an archive, a saved target JSON, a
-    pantheon_perf.json, a pantheon_metadata.json (its directory), else a summary table."""
+    pantheon_perf.json, a pantheon_metadata.json (its directory), else a summary table.  Every
+    failure is an InputError (`read_as_input`)."""
+    with read_as_input(str(path)):
+        return _read_path(path, fetch)
+
+
+def _read_path(path: Path, fetch: FetchOptions | None) -> Target:
     if path.is_dir():
         return read_data_dir(path)
     if is_archive_name(path.name):

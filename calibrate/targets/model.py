@@ -28,9 +28,9 @@ from calibrate.evidence import PathEvidence
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
 from calibrate.scheme_registry import canonical_scheme
 from calibrate.space import SchemeMeasurement
+from calibrate.targets.bounds import FORMAT_VERSION, declared
 
 FORMAT = "calibrate-target"
-FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -166,10 +166,18 @@ class Workload:
                 "run_times": self.run_times}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Workload:
-        run_times = data.get("run_times")
-        return cls(int(data.get("flows", 1)), float(data.get("interval_s", 0.0)),
-                   float(data.get("runtime_s", 30.0)), None if run_times is None else int(run_times))
+    def from_json(cls, data: Mapping[str, Any], where: str = "target JSON",
+                  fix: str = "correct its workload") -> Workload:
+        """The workload of a target JSON, each number within its bound (`declared`)."""
+        default = cls()
+
+        def number(key: str, field: str, fallback: Any) -> Any:
+            return fallback if data.get(key) is None else declared(field, data[key], where, fix)
+
+        return cls(number("flows", "flows", default.flows),
+                   number("interval_s", "interval_s", default.interval_s),
+                   number("runtime_s", "runtime_s", default.runtime_s),
+                   number("run_times", "runs", default.run_times))
 
 
 @dataclass(frozen=True)
@@ -251,12 +259,16 @@ class Target:
     def from_json(cls, data: Mapping[str, Any], source: str = "target JSON") -> Target:
         if data.get("format") != FORMAT:
             raise InputError(f"{source}: not a calibrate target (no \"format\": \"{FORMAT}\")")
-        if int(data.get("version", 0)) > FORMAT_VERSION:
-            raise InputError(f"{source}: target format version {data.get('version')} is newer "
-                             f"than this calibrate understands ({FORMAT_VERSION}); upgrade")
+        remake = "make the file again with `calibrate target show SOURCE --json-out FILE`"
+        if "version" in data:
+            declared("version", data["version"], source,
+                     f"a newer version needs a newer calibrate; else {remake}")
+        workload = data.get("workload") or {}
+        if not isinstance(workload, Mapping):
+            raise InputError(f"{source}: \"workload\" is not an object; {remake}")
         try:
             return cls(tuple(SchemeResult.from_json(s) for s in data["schemes"]),
-                       Workload.from_json(data.get("workload", {})),
+                       Workload.from_json(workload, source, f"correct its workload or {remake}"),
                        Provenance.from_json(data.get("provenance", {"kind": "target json",
                                                                     "source": source})),
                        tuple(DroppedRun(str(d["label"]), d.get("run"), str(d["reason"]))
@@ -308,6 +320,7 @@ def check_values(target: Target) -> None:
     numbers per flow, and the aggregates of a target without runs (a table).  Every reader's
     target passes here, so `target show` refuses what `run` would, with the same words."""
     where = target.name or target.provenance.source
+    _check_declared(target, f"target {where}")
     for scheme in target.schemes:
         for run in scheme.runs:
             for flow, m in run.flows.items():
@@ -330,6 +343,38 @@ def check_values(target: Target) -> None:
             if why:
                 raise InputError(f"target {where}: {scheme.label}{flow_text} (mean over "
                                  f"{scheme.n_runs} runs): {why}; {_fix(target, None)}")
+
+
+def _check_declared(target: Target, where: str) -> None:
+    """Every number the target declares within its bound (`calibrate.targets.bounds`)."""
+    fix = _fix(target, None)
+    workload = target.workload
+    declared("flows", workload.flows, where, fix)
+    declared("interval_s", workload.interval_s, where, fix)
+    declared("runtime_s", workload.runtime_s, where, fix)
+    if workload.run_times is not None:
+        declared("runs", workload.run_times, where, fix)
+    declared("std_ddof", target.provenance.std_ddof, where, fix)
+    for scheme in target.schemes:
+        if scheme.runs:
+            for run in scheme.runs:
+                declared("run", run.run, f"{where}: {scheme.label}", fix)
+                for key in run.flows:
+                    check_flow_key(key, f"{where}: {scheme.label} run {run.run}", fix)
+        else:
+            declared("runs", scheme.n_runs, f"{where}: {scheme.label}", fix)
+        for key in scheme.summary:
+            check_flow_key(key, f"{where}: {scheme.label}", fix)
+
+
+def check_flow_key(key: str, where: str, fix: str) -> None:
+    """A flow key is "all" or a flow number within the flows' bound."""
+    if key == TOTAL:
+        return
+    if not key.isdigit():
+        raise InputError(f"{where}: flow key {key!r} is neither {TOTAL!r} nor a flow number; "
+                         f"{fix}".replace("\n", " "))
+    declared("flows", key, f"{where}: flow key", fix)
 
 
 def _opt(value: Any) -> float | None:

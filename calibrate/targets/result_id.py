@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.errors import EnvironmentProblem, InputError, read_as_input
 from calibrate.jsonfile import parse_json, read_json
 from calibrate.targets.archive import DEFAULT_MAX_BYTES, is_archive_name, read_archive, sha256_file
 from calibrate.targets.model import Target
@@ -344,7 +344,8 @@ def read_result(spec: str, options: FetchOptions) -> Target:
     """A Pantheon result ID to a Target (downloading its archive once, then from the cache)."""
     result_id, page_url = parse_result_id(spec)
     archive, record = fetch_result_archive(result_id, options, page_url)
-    target = read_archive(archive, options.cache_dir, options.max_extract_bytes)
+    with read_as_input(f"result P{result_id} ({archive})"):
+        target = read_archive(archive, options.cache_dir, options.max_extract_bytes)
     prov = target.provenance
     notes = prov.notes
     if record.get("checksum_source") != "index":

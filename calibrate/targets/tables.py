@@ -14,6 +14,7 @@ Three forms:
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -24,8 +25,9 @@ from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate
 from calibrate.scheme_registry import canonical_scheme
+from calibrate.targets.bounds import declared
 from calibrate.targets.datadir import parse_title
-from calibrate.targets.model import FlowSummary, Provenance, SchemeResult, Target, Workload
+from calibrate.targets.model import FlowSummary, Provenance, SchemeResult, Target, Workload, check_flow_key
 
 _METRICS = ("tput_mbps", "delay_p95_ms", "loss_pct")
 _REQUIRED = ("scheme", "tput_mbps_mean", "delay_p95_ms_mean")
@@ -126,7 +128,7 @@ def read_csv_table(text: str, *, source: str) -> Target:
     if unknown:
         raise InputError(f"{source}:{header_line}: unknown column(s) {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(_KNOWN))}")
-    ddof = _int_meta(meta, "std_ddof", STD_DDOF, source)
+    ddof = _meta_number(meta, "std_ddof", STD_DDOF, source)
     if len(body) == 1:
         raise InputError(f"{source}: the table has a header but no rows; add one line per scheme "
                          f"under it, e.g. {_example_row(header)}")
@@ -141,11 +143,10 @@ def read_csv_table(text: str, *, source: str) -> Target:
         if not label:
             raise InputError(f"{source}:{number}: empty scheme name")
         flow = row.get("flow") or TOTAL
+        check_flow_key(flow, f"{source}:{number}", "correct that cell")
         runs = None
         if row.get("runs"):
-            if not row["runs"].isdigit():
-                raise InputError(f"{source}:{number}: runs {row['runs']!r} is not a whole number")
-            runs = int(row["runs"])
+            runs = declared("runs", row["runs"], f"{source}:{number}", "correct that cell")
         values = {c: _number(row[c], source, number, c) for c in header
                   if c not in ("scheme", "runs", "flow")}
         for col in ("tput_mbps_mean", "delay_p95_ms_mean"):
@@ -170,13 +171,14 @@ def _example_row(header: list[str]) -> str:
     return ",".join(_EXAMPLE.get(column, "") for column in header)
 
 
-def _int_meta(meta: Mapping[str, str], key: str, default: int, source: str) -> int:
+def _meta_number(meta: Mapping[str, str], key: str, default: Any, source: str,
+                 field: str | None = None) -> Any:
+    """The number the table declares as `key` (bounded as `field`, by default `key`:
+    `calibrate.targets.bounds`), or `default` without it."""
     if key not in meta:
         return default
-    try:
-        return int(meta[key])
-    except ValueError:
-        raise InputError(f"{source}: '# {key}: {meta[key]}' is not a whole number") from None
+    return declared(field or key, meta[key], source, f"correct its '# {key}:' line (or the "
+                                                     f"table's {key!r} entry)")
 
 
 def _target(rows: Mapping[str, dict[str, Any]], meta: Mapping[str, str], source: str,
@@ -190,15 +192,11 @@ def _target(rows: Mapping[str, dict[str, Any]], meta: Mapping[str, str], source:
             raise InputError(f"{source}: {label} has per-flow rows but no '{TOTAL}' row")
         schemes.append(_scheme(label, entry["runs"], entry["flows"], ddof))
 
-    def num(key: str, default: float) -> float:
-        try:
-            return float(meta.get(key, default))
-        except ValueError:
-            raise InputError(f"{source}: '# {key}: {meta[key]}' is not a number") from None
-
-    run_times = meta.get("run_times")
-    workload = Workload(int(num("flows", 1)), num("interval_s", 0.0), num("runtime_s", 30.0),
-                        int(run_times) if run_times and run_times.isdigit() else None)
+    default = Workload()
+    workload = Workload(_meta_number(meta, "flows", default.flows, source),
+                        _meta_number(meta, "interval_s", default.interval_s, source),
+                        _meta_number(meta, "runtime_s", default.runtime_s, source),
+                        _meta_number(meta, "run_times", None, source, field="runs"))
     notes = [meta["note"]] if meta.get("note") else []
     notes.append("aggregates only: the table has no per-run values")
     prov = Provenance(kind=kind, source=meta.get("source", source), name=meta.get("name", ""),
@@ -222,7 +220,8 @@ def _read_json_table(path: Path) -> Target:
                          '"delay_p95_ms": {..}, "loss_pct": {..}}}')
     items = data["schemes"].items() if isinstance(data["schemes"], dict) else \
         ((s.get("scheme") if isinstance(s, dict) else None, s) for s in data["schemes"])
-    ddof = int(data.get("std_ddof", STD_DDOF))
+    ddof = declared("std_ddof", data.get("std_ddof", STD_DDOF), source,
+                    "correct its \"std_ddof\"")
     rows: dict[str, dict[str, Any]] = {}
     for label, entry in items:
         where = f"{source}: scheme {label!r}"
@@ -232,7 +231,7 @@ def _read_json_table(path: Path) -> Target:
         for metric in _METRICS:
             stat = entry.get(metric)
             if stat is None and metric == "loss_pct" and "loss" in entry:
-                stat = {k: (None if v is None else 100 * v) for k, v in entry["loss"].items()}
+                stat = _percent(entry["loss"], where)
             if stat is None:
                 continue
             if not isinstance(stat, dict):
@@ -247,14 +246,26 @@ def _read_json_table(path: Path) -> Target:
             if values.get(col) is None:
                 raise InputError(f"{where}: {col.replace('_mean', '')}.mean is missing")
         runs = entry.get("runs")
-        if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 0):
-            raise InputError(f"{where}: runs {runs!r} is not a whole number")
+        if runs is not None:
+            runs = declared("runs", runs, where, "correct its \"runs\"")
         rows[label] = {"runs": runs, "flows": {TOTAL: values}}
     meta = {k: str(v) for k, v in (data.get("provenance") or {}).items() if v is not None}
     meta.update({k: str(v) for k, v in (data.get("workload") or {}).items() if v is not None})
     if "name" in data:
         meta["name"] = str(data["name"])
     return _target(rows, meta, source, ddof)
+
+
+def _percent(loss: Any, where: str) -> dict[str, Any]:
+    """A JSON table's "loss" (fractions) as its "loss_pct" would hold it (percent)."""
+    if not isinstance(loss, dict):
+        raise InputError(f"{where}: loss {json.dumps(loss)[:40]} is not {{\"mean\": .., \"std\": ..}}; "
+                         "\"loss\" holds fractions (0.004), \"loss_pct\" percent (0.4)")
+    bad = next((v for v in loss.values() if v is not None and (
+        isinstance(v, bool) or not isinstance(v, (int, float)))), None)
+    if bad is not None:
+        raise InputError(f"{where}: loss {json.dumps(bad)[:40]} is not a number")
+    return {k: (None if v is None else 100 * v) for k, v in loss.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,7 +312,8 @@ def read_compare_table(text: str, *, source: str, experiment: int = 1) -> Target
         if kind is None:
             raise InputError(f"{source}:{index + 1}: unknown aggregate metric "
                              f"{m.group('metric')!r}; expected throughput, delay or loss")
-        runs = int(m.group(f"r{experiment}"))
+        runs = declared("runs", m.group(f"r{experiment}"), f"{source}:{index + 1}",
+                        "correct that row")
         mean = _number(m.group(f"m{experiment}"), source, index + 1, "mean")
         std = _number(m.group(f"s{experiment}"), source, index + 1, "std dev")
         entry = rows.setdefault(m.group("scheme"), {"runs": runs, "flows": {TOTAL: {}}})
