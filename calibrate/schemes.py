@@ -155,7 +155,11 @@ class Registry:
 
     def resolve(self, label: str, era: str | None = None, substitutes: bool = True) -> Scheme:
         """The available scheme that runs for `label` in `era`, or an InputError saying why none
-        can. Without `substitutes`, only a faithful implementation will do."""
+        can. A scheme named exactly `label` is the program that was measured; otherwise, without
+        `substitutes`, only a faithful implementation will do."""
+        exact = self.get(label)
+        if exact is not None and exact.available:
+            return exact  # the very program the label names (a data dir this project made)
         candidates = self.candidates(label, era)
         available = [s for s in candidates if s.available]
         # faithful first; among the rest a port of what Pantheon ran before a stand-in

@@ -51,7 +51,8 @@ def test_labels_of_one_scheme_share_its_runs_and_failures_are_penalized(tmp_path
     # by then) both run our stand-in udp-saturator: one set of runs
     write_data_dir(tmp_path / "data", ERAS["2018"], labels=("saturator", "greg_saturator", "vegas"),
                    runs=2)
-    target = load_target(str(tmp_path / "data"))
+    # dated 2019 (undated, the saturator labels would mean their 2017 programs, each its own port)
+    target = load_target(str(tmp_path / "data")).with_provenance(date="2019-03-01T12:00")
     config = RunConfig(target="data", runtime_s=2.0, replicates=2, links=("constant",),
                        schemes=("saturator", "greg_saturator", "vegas"))
     calibration = Calibration.start(tmp_path / "run", config, target)

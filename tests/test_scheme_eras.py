@@ -47,6 +47,9 @@ def test_a_label_resolves_to_the_port_of_its_era_and_never_to_a_stand_in_by_defa
         reg.resolve("copa", "2018", substitutes=False)
     assert reg.resolve("copa", "2018") is stand_in  # named: the stand-in runs
     assert reg.resolve("copa") is stand_in  # no era (emulate's labels): no port is implied
+    # a label that names one of ours exactly is the program that was measured (a data dir made
+    # by `calibrate emulate`): it runs, stand-in or not
+    assert reg.resolve("udp-copa", "2018", substitutes=False) is stand_in
 
 
 def test_an_unmeasured_or_unfaithful_port_is_not_faithful():

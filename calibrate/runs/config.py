@@ -295,7 +295,7 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
         except InputError as e:
             dropped[s.label] = str(e)
             continue
-        if not schemes[s.label].faithful:
+        if not schemes[s.label].faithful and schemes[s.label].name != s.label:
             substitutes[s.label] = (f"{schemes[s.label].name} is not the program Pantheon ran "
                                     f"({schemes[s.label].difference()})")
         values = _aggregates(s, config.aggregate, flows)

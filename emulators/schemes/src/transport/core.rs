@@ -195,6 +195,17 @@ impl SenderCore {
         self.cc.on_loss(&event);
     }
 
+    /// Declares lost every outstanding packet, oldest first, as long as `older` holds.
+    fn declare_lost_while(&mut self, now: Duration, older: impl Fn(&Sent) -> bool) {
+        let mut idx = 0;
+        while idx < self.flight.len() && older(&self.flight[idx]) {
+            if !self.flight[idx].delivered && !self.flight[idx].lost {
+                self.declare_lost(idx, now);
+            }
+            idx += 1;
+        }
+    }
+
     fn pop_settled(&mut self) {
         while self.flight.front().is_some_and(|p| p.delivered || p.lost) {
             self.flight.pop_front();
@@ -268,25 +279,13 @@ impl SenderCore {
             // Packets `threshold` or more below the highest arrival that did not arrive.
             LossRule::Reorder(threshold) => {
                 if let Some(largest) = self.largest_acked {
-                    let mut idx = 0;
-                    while idx < self.flight.len() && self.flight[idx].seq + threshold <= largest {
-                        if !self.flight[idx].delivered && !self.flight[idx].lost {
-                            self.declare_lost(idx, now);
-                        }
-                        idx += 1;
-                    }
+                    self.declare_lost_while(now, |p| p.seq + threshold <= largest);
                 }
             }
             // Packets sent `gap` or more before the newest packet known delivered.
             LossRule::SentBefore(gap) => {
                 if let Some(newest) = self.newest_delivered_sent_at {
-                    let mut idx = 0;
-                    while idx < self.flight.len() && self.flight[idx].sent_at + gap <= newest {
-                        if !self.flight[idx].delivered && !self.flight[idx].lost {
-                            self.declare_lost(idx, now);
-                        }
-                        idx += 1;
-                    }
+                    self.declare_lost_while(now, |p| p.sent_at + gap <= newest);
                 }
             }
         }
