@@ -358,8 +358,7 @@ def figure3(report: Mapping[str, Any]) -> Any:
         fig.text(0.01, 0.005, textwrap.fill(fidelity_caption(report["scheme_fidelity"]),
                                             width=int(60 * len(fig.axes) * 1.6)),
                  ha="left", va="bottom", fontsize=7, color="dimgray")
-    if report.get("scheme_fidelity"):
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        fig.tight_layout(rect=(0, 0.05, 1, 1))  # the caption's strip at the bottom
     else:
         fig.tight_layout()
     keep_labels_inside(fig, labels)

@@ -281,7 +281,6 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     registry = registry or registry_of(config)
     chosen = [target.scheme(name) for name in config.schemes] if config.schemes else list(target.schemes)
     era, era_assumed = era_of(target.provenance.date, [s.label for s in target.schemes])
-    substitutes: dict[str, str] = {}
     flows = target.workload.flows
     workload = Workload(flows, target.workload.interval_s, config.runtime_s, 1)
     flow_keys = _flow_keys(flows)
@@ -295,9 +294,6 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
         except InputError as e:
             dropped[s.label] = str(e)
             continue
-        if not schemes[s.label].faithful and schemes[s.label].name != s.label:
-            substitutes[s.label] = (f"{schemes[s.label].name} is not the program Pantheon ran "
-                                    f"({schemes[s.label].difference()})")
         values = _aggregates(s, config.aggregate, flows)
         if any(v is None or None in v for v in (values[f] for f in flow_keys + [TOTAL])):
             dropped[s.label] = (f"the target has no {config.aggregate} of every metric for "
@@ -322,9 +318,11 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
                               fixed=config.fixed)
     start = warm_start(space_stats, saturating or None, delay_based, runtime_s,
                        rate_probing=rate_probing, evidence=evidence)
+    # a scheme named as the label is the program that was measured, faithful or not
+    substitutes = {label: f"{s.name} is not the program Pantheon ran ({s.difference()})"
+                   for label, s in schemes.items() if not s.faithful and s.name != label}
     return Problem(real, {label: s.name for label, s in schemes.items()}, dropped, workload,
-                   space, start, {k: v for k, v in substitutes.items() if k in schemes}, era,
-                   era_assumed)
+                   space, start, substitutes, era, era_assumed)
 
 
 # ----------------------------------------------------------------------------------------------
