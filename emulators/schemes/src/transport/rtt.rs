@@ -10,9 +10,12 @@ pub struct RttEstimator {
     has_sample: bool,
 }
 
-/// Bounds of the loss timer: the floor keeps jitter on short paths from looking like loss,
-/// the ceiling keeps a long outage from stalling detection forever.
-const MIN_TIMEOUT: Duration = Duration::from_millis(50);
+/// The least the loss timer waits past SRTT: Linux's `TCP_RTO_MIN`. A smaller margin (it was
+/// SRTT/4) turned the host's stalls into losses: a receiver held off the CPU for 80 ms on a
+/// 140-ms path had 43 packets declared lost whose ACKs were on their way, and LEDBAT halved
+/// its window for them (experiments/README.md, "Spurious losses").
+const MIN_MARGIN: Duration = Duration::from_millis(200);
+/// The ceiling keeps a long outage from stalling detection forever.
 const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RttEstimator {
@@ -48,11 +51,11 @@ impl RttEstimator {
     }
 
     /// How long an unacknowledged packet may stay out before it counts as lost:
-    /// `SRTT + max(4 RTTVAR, SRTT/4)`. No exponential back-off: nothing is retransmitted,
-    /// and a probe that stops sending would stop measuring.
+    /// `SRTT + max(4 RTTVAR, 200 ms)`, as Linux bounds its RTO. No exponential back-off:
+    /// nothing is retransmitted, and a probe that stops sending would stop measuring.
     pub fn loss_timeout(&self) -> Duration {
-        let margin = (self.rttvar * 4).max(self.srtt / 4);
-        (self.srtt + margin).clamp(MIN_TIMEOUT, MAX_TIMEOUT)
+        let margin = (self.rttvar * 4).max(MIN_MARGIN);
+        (self.srtt + margin).min(MAX_TIMEOUT)
     }
 }
 
@@ -84,6 +87,16 @@ mod tests {
         for _ in 0..50 {
             r.update(ms(1));
         }
-        assert_eq!(r.loss_timeout(), MIN_TIMEOUT);
+        assert_eq!(r.loss_timeout(), ms(1) + MIN_MARGIN);
+    }
+
+    #[test]
+    fn a_steady_path_waits_200_ms_past_its_rtt() {
+        // 140 ms without variation: a stall of the host shorter than 200 ms is no loss.
+        let mut r = RttEstimator::new(ms(140));
+        for _ in 0..100 {
+            r.update(ms(140));
+        }
+        assert_eq!(r.loss_timeout(), ms(340));
     }
 }
