@@ -270,10 +270,15 @@ def reference_run(rate: float, delay: int, queue: int, loss: float, cc: str, see
         log = Path(work) / "uplink.log"
         endpoints = [Endpoint("receiver", "exec iperf3 -s -p 5201"),
                      Endpoint("sender", f"iperf3 -c $EMU_PEER -p 5201 -C {cc} -t 10 > /dev/null", start_s=1.0)]
-        engine.run(emulator, endpoints, workdir=Path(work), stop_after=13, logs=Logs(uplink=log),
-                   backend=backend, check=False)
+        result = engine.run(emulator, endpoints, workdir=Path(work), stop_after=13, logs=Logs(uplink=log),
+                            backend=backend, check=False)
         lines = [line.split() for line in log.read_text().splitlines() if not line.startswith("#")]
-    dep = np.array([(int(w[0]), int(w[2]), int(w[3])) for w in lines if len(w) == 4 and w[1] == "-"])
+    # Mahimahi's shell ended with the iperf3 client; the engine stops the server later, and the
+    # client's kernel answers its closing with a few segments (seconds after the flow) that
+    # would stretch the span the throughput is taken over.
+    sender_end_ms = next(e["ended_at_s"] for e in result.summary["endpoints"] if e["side"] == "sender") * 1000
+    dep = np.array([(int(w[0]), int(w[2]), int(w[3])) for w in lines
+                    if len(w) == 4 and w[1] == "-" and int(w[0]) <= sender_end_ms])
     t, size, d = dep[:, 0], dep[:, 1], dep[:, 2]
     tput = (size - 4).sum() * 8 / ((t[-1] - t[0]) / 1000) / 1e6
     one_way = d + delay
@@ -284,6 +289,13 @@ def run_reference(args: argparse.Namespace) -> pd.DataFrame:
     if shutil.which("iperf3") is None:
         raise SystemExit("the reference rows are iperf3 flows: install iperf3 (apt-get install iperf3)")
     table = pd.read_csv(REFERENCE)
+    setting = table.apply(lambda r: f"{r.rate:g}/{r.delay}/{r.queue}/{r.loss * 100:g}%", axis=1)
+    if args.rows:
+        table = table[setting.map(lambda s: any(s.startswith(w) for w in args.rows.split(",")))]
+    if args.schemes:
+        table = table[table.cc.isin(args.schemes.split(","))]
+    if table.empty:
+        raise SystemExit(f"--rows/--schemes select none of the reference's rows ({', '.join(sorted(set(setting)))})")
     backend = Backend("engine", timing=args.timing)
     out = []
     for i, r in table.iterrows():
