@@ -119,7 +119,8 @@ class Server:
         return {"Authorization": f"Bearer {self.token}"}
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.get(self.url + path, timeout=60, **kwargs)
+        """A read as this server's token (reads of a job's log need one)."""
+        return httpx.get(self.url + path, timeout=60, **{"headers": self.headers(), **kwargs})
 
     def post(self, path: str, **kwargs: Any) -> httpx.Response:
         return httpx.post(self.url + path, headers=self.headers(), timeout=120, **kwargs)

@@ -176,6 +176,18 @@ def test_the_same_content_and_options_return_the_same_job(server, finished):
         assert server.processes(answer["id"]) == []
 
 
+def test_a_job_log_needs_a_token_and_shows_no_server_path(server, finished):
+    """GET .../log: 401 without a token; the command line it starts with, and everything
+    after, names the server's root as <root> and its interpreter as python."""
+    job_id = finished["id"]
+    anonymous = httpx.get(f"{server.url}/v1/calibrations/{job_id}/log", timeout=60)
+    assert anonymous.status_code == 401 and "needs an API token" in anonymous.json()["detail"]
+    log = server.get(f"/v1/calibrations/{job_id}/log").text
+    first = log.splitlines()[0]
+    assert first.split(": ", 1)[1].startswith(f"python -m calibrate run <root>/jobs/{job_id}/input/target.json "), first
+    assert str(server.root) not in log and sys.executable not in log
+
+
 def test_events_list_every_journal_evaluation(server, finished):
     job_id = finished["id"]
     events = _events(server, job_id)
@@ -241,8 +253,11 @@ def test_cancel_ends_every_process_and_keeps_the_journal(server, finished):
     records = RunDir.open(run_dir).evaluations()  # readable, every record whole
     assert len(records) == job["evaluations"] and len({r.candidate for r in records}) == len(records)
     assert "interrupted (SIGTERM)" in server.get(f"/v1/calibrations/{job_id}/log").text
-    # idempotent; no export of a cancelled job
-    assert server.delete(f"/v1/calibrations/{job_id}").json()["state"] == "cancelled"
+    # cancelled once: a second cancel is refused as for a done or failed job; no export of it
+    again = server.delete(f"/v1/calibrations/{job_id}")
+    assert again.status_code == 409 and again.json()["detail"].startswith(
+        f"calibration {job_id} is cancelled: cancelled; finished evaluations are kept"), again.text
+    assert again.json()["detail"].endswith("; there is nothing to cancel")
     refused = server.get(f"/v1/calibrations/{job_id}/export")
     assert refused.status_code == 409 and "cancelled" in refused.json()["detail"]
 
@@ -456,7 +471,9 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("archive expanding past the limit", post, upload("archive expanding past the limit"), 422,
          f"past the size limit of {EXTRACT_LIMIT} bytes"),
         ("archive refused after its extraction", post, upload("archive refused after its extraction"), 422,
-         "no valid run of any scheme"),
+         "junk.tar.gz/exp: no valid run of any scheme: cubic run 1: junk.tar.gz/exp/cubic_datalink_run1.log:1: "
+         "malformed datalink log line"),
+        ("job log without a token", f"GET /v1/calibrations/{job_id}/log", {}, 401, "needs an API token"),
     ]
 
 
@@ -476,6 +493,7 @@ def test_bad_requests_are_refused_with_a_sentence(server, request, what):
     print(f"{what}: {method} {path} -> {response.status_code}: {detail}")
     assert response.status_code == status, detail
     assert isinstance(detail, str) and words in detail and "\n" not in detail
+    assert str(server.root) not in detail and "/uploads/" not in detail  # no server path
     if status == 401:
         assert response.headers["www-authenticate"] == "Bearer"
 

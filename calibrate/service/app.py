@@ -265,7 +265,7 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     @app.exception_handler(CalibrateError)
     async def refused(request: Request, error: CalibrateError) -> JSONResponse:
         status = 503 if isinstance(error, EnvironmentProblem) else 422
-        detail = " ".join(str(error).split())
+        detail = settings.redact(" ".join(str(error).split()))
         # the server's log: one line per refused request, what its client was told
         print(f"calibrate: refused {request.method} {request.url.path}: {status} {detail[:500]}",
               file=sys.stderr, flush=True)
@@ -275,8 +275,8 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         header = request.headers.get("authorization")
         hint = "create one on the server with `calibrate serve token create`"
         if not header:
-            raise _refuse(401, f"this request changes the server, so it needs an API token: send "
-                               f"'Authorization: Bearer TOKEN' ({hint})", {"WWW-Authenticate": "Bearer"})
+            raise _refuse(401, f"this request needs an API token: send 'Authorization: Bearer TOKEN' ({hint})",
+                          {"WWW-Authenticate": "Bearer"})
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _refuse(401, f"the Authorization header must be 'Bearer TOKEN' ({hint})",
@@ -329,6 +329,16 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
                                f"{', '.join(views.export_files(job))}")
         return FileResponse(path)
 
+    def log_of(job: Job) -> PlainTextResponse:
+        return PlainTextResponse(settings.redact(views.log_tail(job)))
+
+    def summary(job: Job) -> dict[str, Any]:
+        """What a client reads of a job: its failure's message without the server's paths."""
+        body = views.summary(job, runs)
+        if body.get("message"):
+            body["message"] = settings.redact(body["message"])
+        return body
+
     def submitted(job: Job, existing: bool) -> JSONResponse:
         body = {"id": job.id, "state": job.state, "existing": existing, "urls": views.urls(job)}
         return JSONResponse(body, status_code=200 if existing else 202,
@@ -353,11 +363,11 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     def list_calibrations(state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
                           ) -> dict[str, Any]:
         jobs = store.jobs(kind=CALIBRATION, states=None if state is None else [state])
-        return {"calibrations": [views.summary(job, runs) for job in reversed(jobs)]}
+        return {"calibrations": [summary(job) for job in reversed(jobs)]}
 
     @app.get("/v1/calibrations/{job_id}", tags=["calibrations"], summary="one calibration")
     def get_calibration(job_id: str) -> dict[str, Any]:
-        return views.summary(job_of(job_id, CALIBRATION), runs)
+        return summary(job_of(job_id, CALIBRATION))
 
     @app.delete("/v1/calibrations/{job_id}", tags=["calibrations"], dependencies=writes,
                 summary="cancel a calibration")
@@ -365,12 +375,12 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         return _cancel(job_of(job_id, CALIBRATION))
 
     def _cancel(job: Job) -> dict[str, Any]:
-        if job.state in (DONE, FAILED):
+        if job.state in FINISHED:  # done, failed, or cancelled already: one answer for all three
             raise _refuse(409, f"{job.kind} {job.id} is {_state_text(job)}; there is nothing to cancel")
         ended = scheduler.cancel(job.id) or job
         if ended.state in (DONE, FAILED):  # it finished while being cancelled
             raise _refuse(409, f"{job.kind} {job.id} is {_state_text(ended)}; there is nothing to cancel")
-        return views.summary(ended, runs)
+        return summary(ended)
 
     @app.get("/v1/calibrations/{job_id}/events", tags=["calibrations"],
              summary="server-sent events: one per finished evaluation, state changes, the end",
@@ -396,7 +406,7 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
                     sent, quiet = number, 0.0
                 if current.state != state:
                     state = current.state
-                    body = {"id": current.id, "state": state, "message": current.message,
+                    body = {"id": current.id, "state": state, "message": settings.redact(current.message or "") or None,
                             "evaluations": len(records)}
                     yield f"event: state\ndata: {json.dumps(body)}\n\n"
                     quiet = 0.0
@@ -436,9 +446,10 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
                         headers={"Cache-Control": "no-cache"})
 
     @app.get("/v1/calibrations/{job_id}/log", tags=["calibrations"], response_class=PlainTextResponse,
-             summary="the end of the job's log (its command's output)")
+             dependencies=writes, summary="the end of the job's log (its command's output, the server's paths "
+                                          "as <root>)")
     def calibration_log(job_id: str) -> PlainTextResponse:
-        return PlainTextResponse(views.log_tail(job_of(job_id, CALIBRATION)))
+        return log_of(job_of(job_id, CALIBRATION))
 
     # -- scores
 
@@ -452,11 +463,11 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
 
     @app.get("/v1/scores", tags=["scores"], summary="list the scores")
     def list_scores() -> dict[str, Any]:
-        return {"scores": [views.summary(job, runs) for job in reversed(store.jobs(kind=SCORE))]}
+        return {"scores": [summary(job) for job in reversed(store.jobs(kind=SCORE))]}
 
     @app.get("/v1/scores/{job_id}", tags=["scores"], summary="one score: its state, and f once done")
     def get_score(job_id: str) -> dict[str, Any]:
-        return views.summary(job_of(job_id, SCORE), runs)
+        return summary(job_of(job_id, SCORE))
 
     @app.delete("/v1/scores/{job_id}", tags=["scores"], dependencies=writes, summary="cancel a score")
     def cancel_score(job_id: str) -> dict[str, Any]:
@@ -476,12 +487,12 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     def list_studies(state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
                      ) -> dict[str, Any]:
         jobs = store.jobs(kind=STUDY, states=None if state is None else [state])
-        return {"studies": [views.summary(job, runs) for job in reversed(jobs)]}
+        return {"studies": [summary(job) for job in reversed(jobs)]}
 
     @app.get("/v1/studies/{job_id}", tags=["studies"],
              summary="one study: its state, evaluations so far, and its table once done")
     def get_study(job_id: str) -> dict[str, Any]:
-        return views.summary(job_of(job_id, STUDY), runs)
+        return summary(job_of(job_id, STUDY))
 
     @app.delete("/v1/studies/{job_id}", tags=["studies"], dependencies=writes, summary="cancel a study")
     def cancel_study(job_id: str) -> dict[str, Any]:
@@ -498,9 +509,10 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         return file_of(done_job(job_id, STUDY), name)
 
     @app.get("/v1/studies/{job_id}/log", tags=["studies"], response_class=PlainTextResponse,
-             summary="the end of the study's log (its command's output)")
+             dependencies=writes, summary="the end of the study's log (its command's output, the server's "
+                                          "paths as <root>)")
     def study_log(job_id: str) -> PlainTextResponse:
-        return PlainTextResponse(views.log_tail(job_of(job_id, STUDY)))
+        return log_of(job_of(job_id, STUDY))
 
     # -- the catalogue
 

@@ -330,6 +330,11 @@ def load_upload(upload: SavedUpload, settings: ServiceSettings) -> Target:
                                                     cache_dir=upload.directory))
     except InputError as error:
         text = str(error).replace(str(upload.path), f"the upload {upload.filename!r}")
+        # a member of an archive: by its path in the archive the client sent, not in the
+        # extraction under the server's root (ROOT/uploads/UUID/extracted/SHA/exp/...)
+        extraction = re.escape(str(upload.directory / "extracted")) + r"/[0-9a-f]+"
+        text = re.sub(extraction, lambda _: upload.filename or "the upload", text)
+        text = text.replace(str(upload.directory), upload.filename or "the upload")
         raise InputError(text.replace("the download may be incomplete: delete it and fetch it again",
                                       "send the archive again, whole")) from None
 

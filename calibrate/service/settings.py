@@ -35,6 +35,8 @@ STORE_FILE = "service.sqlite"
 ENV_SERVER = "CALIBRATE_SERVER"
 ENV_TOKEN = "CALIBRATE_TOKEN"
 DEFAULT_SERVER = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+#: what a client reads for the server's root (`ServiceSettings.redact`)
+ROOT_PLACEHOLDER = "<root>"
 #: the emulator slots a job should have at least (module docstring)
 JOB_SLOTS = 2 * SLOTS_PER_CORE
 #: the largest upload (archive or table) by default: a Pantheon data archive without the raw
@@ -88,6 +90,12 @@ class ServiceSettings:
         if self.max_extract_bytes < 1:
             raise InputError(f"--max-extract-bytes must be at least 1, got {self.max_extract_bytes}")
         object.__setattr__(self, "root", Path(self.root).expanduser().resolve())
+
+    def redact(self, text: str) -> str:
+        """`text` as a client may read it: the server's root as ``<root>`` and the interpreter
+        the jobs run as ``python`` (where the service is installed, and what its paths are,
+        are the operator's business)."""
+        return text.replace(str(self.root), ROOT_PLACEHOLDER).replace(self.python, "python")
 
     @property
     def store(self) -> str:
