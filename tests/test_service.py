@@ -38,6 +38,7 @@ from calibrate.service.store import CALIBRATION, DONE, QUEUED, RUNNING, Job, Sto
 from service_fixtures import (
     CALIBRATE,
     SMALL,
+    Server,
     free_port,
     running_server,
     start_server,
@@ -602,7 +603,8 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
     for args, code, words in [
         (("serve", "token", "revoke", "bob", *root), 2, "no token named 'bob'"),
         (("serve", "--root", str(server.root), "--port", str(free_port())), 3,
-         f"another calibrate serve (pid {server.process.pid}) runs the jobs of {server.root}"),
+         f"another calibrate serve (pid {server.process.pid}, root {server.root}, http://127.0.0.1:{server.port}) "
+         f"runs the jobs of {server.root}"),
         (("jobs", "--server", "http://127.0.0.1:9"), 3, "cannot reach the calibration server at http://127.0.0.1:9"),
         (("submit", "nepal", "--server", server.url), 2, "need the server's API token: give --token"),
         (("submit", "nepal", "--server", server.url, "--token", "cal_nope"), 2,
@@ -621,6 +623,27 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
         assert refused.returncode == code, (args, refused.stderr)
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("calibrate: error: ") and words in lines[0], lines
+
+
+def test_a_second_server_on_the_same_store_is_refused_naming_the_first(tmp_path):
+    """Another --root, the same store: refused before it schedules anything (it would take the
+    first one's queued jobs and fail them), naming the first; started once the first stops."""
+    store = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    second = ("serve", "--root", str(tmp_path / "second"), "--store", store, "--port", str(free_port()))
+    with running_server(tmp_path / "first", store=store) as first:
+        refused = _client(*second)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 3 and len(lines) == 1, refused.stderr
+        assert lines[0] == (f"calibrate: error: another calibrate serve (pid {first.process.pid}, root {first.root}, "
+                            f"http://127.0.0.1:{first.port}) runs the jobs of the store {store}; stop it, or give "
+                            f"this one another --store"), lines
+        assert first.get("/v1/status").status_code == 200  # the first one goes on
+    assert stat.S_IMODE((tmp_path / "shared.sqlite-server.lock").stat().st_mode) == 0o600
+    taken_over = Server(tmp_path / "second", first.token, free_port(), ("--store", store)).start()
+    try:
+        assert taken_over.get("/v1/status").status_code == 200
+    finally:
+        taken_over.stop()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -721,6 +744,11 @@ def test_the_store_on_postgresql(postgresql, tmp_path):
         again = Store(postgresql)
         assert again.job(answer["id"]).state == "cancelled"
         again.close()
+        second = _client("serve", "--root", str(tmp_path / "second"), "--store", postgresql, "--port",
+                         str(free_port()))
+        assert second.returncode == 3 and f"another calibrate serve (pid {server.process.pid}, root " \
+            f"{server.root}" in second.stderr and "runs the jobs of the store postgresql" in second.stderr, \
+            second.stderr
     assert not (tmp_path / "root" / "service.sqlite").exists()
 
 

@@ -97,7 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise InputError(f"--port must be a port number (1 to 65535), got {args.port}")
     settings = _settings(args, address=args.address, max_running=args.max_running,
-                         max_upload_bytes=args.max_upload_bytes, max_extract_bytes=args.max_extract_bytes)
+                         max_upload_bytes=args.max_upload_bytes, max_extract_bytes=args.max_extract_bytes,
+                         url=f"http://{args.host}:{args.port}")
     require_root()
     app = create_app(settings)
     store = app.state.store

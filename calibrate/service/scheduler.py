@@ -205,18 +205,27 @@ class Scheduler:
 
     def claim(self) -> None:
         """Hold the root's scheduler lock (a `flock`, released by the kernel when the server
-        dies): two servers scheduling one root's jobs would run them twice."""
+        dies): two servers scheduling one root's jobs would run them twice; then the store's
+        (`Store.claim`): two servers of one store, from two roots, would take each other's
+        jobs.  Each refusal names the server that holds the lock."""
+        holder = f"pid {os.getpid()}, root {self.settings.root}" + (
+            f", {self.settings.url}" if self.settings.url else "")
         path = self.settings.root / SCHEDULER_LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 100, 0).decode(errors="replace").strip() or "another process"
+            other = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise EnvironmentProblem(f"another calibrate serve ({holder}) runs the jobs of {self.settings.root}; "
+            raise EnvironmentProblem(f"another calibrate serve ({other}) runs the jobs of {self.settings.root}; "
                                      f"stop it, or give this one another --root") from None
+        try:
+            self.store.claim(holder)
+        except BaseException:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{holder}\n".encode(), 0)
         self._root_lock = fd
 
     def start(self) -> None:
@@ -248,6 +257,7 @@ class Scheduler:
                 child.process.wait()
             end_job(self.settings.jobs_dir / child.job_id, LEFTOVER_GRACE_S)
         if self._root_lock is not None:
+            self.store.release()
             os.close(self._root_lock)
             self._root_lock = None
 

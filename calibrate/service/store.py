@@ -18,6 +18,7 @@ scheduler and a cancel racing each other cannot both win.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import hmac
 import os
@@ -36,12 +37,13 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    delete,
     event,
     insert,
     select,
     update,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 
 from calibrate.errors import EnvironmentProblem, InputError
@@ -86,6 +88,19 @@ tokens_table = Table(
     Column("created", String(40), nullable=False),
     Column("last_used", String(40)),
 )
+#: the server that schedules the store's jobs (one row, `Store.claim`), for the message that
+#: refuses a second
+servers_table = Table(
+    "servers", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("started", String(40), nullable=False),
+)
+#: the file beside an SQLite store whose `flock` the server scheduling its jobs holds (not the
+#: database itself: closing any descriptor of it would drop SQLite's own POSIX locks)
+SERVER_LOCK_SUFFIX = "-server.lock"
+#: PostgreSQL: the advisory lock (a 64-bit key of this service's choosing) the server holds
+ADVISORY_KEY = 0x63616C6962726174  # "calibrat"
 
 
 def now() -> str:
@@ -143,6 +158,7 @@ class Store:
 
     url: str
     engine: Engine = field(init=False)
+    _claim: int | Connection | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         try:
@@ -170,7 +186,8 @@ class Store:
         if not database or database == ":memory:" or database.startswith("file:"):
             return []
         path = Path(database)
-        return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+        return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+                path.with_name(path.name + SERVER_LOCK_SUFFIX)]
 
     @property
     def safe_url(self) -> str:
@@ -178,7 +195,56 @@ class Store:
         return self.engine.url.render_as_string(hide_password=True) if hasattr(self, "engine") else self.url
 
     def close(self) -> None:
+        self.release()
         self.engine.dispose()
+
+    # -- the one server that schedules the store's jobs
+
+    def claim(self, holder: str) -> None:
+        """Hold the store's server lock (released by the kernel, or by PostgreSQL with the
+        connection, however the server ends) and record `holder` (its pid, root, address) for
+        the message that refuses a second server: two schedulers on one store would take each
+        other's queued jobs, and fail them, each from its own root.  A store in memory is this
+        process's alone."""
+        files = self.sqlite_files
+        if self.url.startswith("sqlite") and not files:
+            return
+        if files:
+            path = files[0].with_name(files[0].name + SERVER_LOCK_SUFFIX)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise self._busy() from None
+            self._claim = fd
+        else:
+            connection = self.engine.connect()
+            if not connection.exec_driver_sql(f"SELECT pg_try_advisory_lock({ADVISORY_KEY})").scalar():
+                connection.close()
+                raise self._busy()
+            connection.commit()
+            self._claim = connection
+        with self.engine.begin() as db:
+            db.execute(delete(servers_table))
+            db.execute(insert(servers_table).values(id=1, holder=holder, started=now()))
+
+    def _busy(self) -> EnvironmentProblem:
+        with self.engine.connect() as db:
+            row = db.execute(select(servers_table.c.holder)).first()
+        holder = row[0] if row is not None else "another process"
+        return EnvironmentProblem(f"another calibrate serve ({holder}) runs the jobs of the store {self.safe_url}; "
+                                  f"stop it, or give this one another --store")
+
+    def release(self) -> None:
+        """Give the server lock back (`claim`)."""
+        claim, self._claim = self._claim, None
+        if isinstance(claim, int):
+            os.close(claim)
+        elif claim is not None:
+            claim.exec_driver_sql(f"SELECT pg_advisory_unlock({ADVISORY_KEY})")
+            claim.commit()
+            claim.close()
 
     # -- jobs
 
