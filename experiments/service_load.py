@@ -150,10 +150,11 @@ async def _watch(server: Server, job: str, clients: int, run: Run, poll_s: float
     t0 = time.perf_counter()
     urls = {"calibration": f"{server.url}/v1/calibrations/{job}", "catalogue": f"{server.url}/v1/emulators"}
     limits = httpx.Limits(max_connections=2 * clients + 1, max_keepalive_connections=2 * clients + 1)
-    async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+    auth = {"Authorization": f"Bearer {server.token}"}  # reads need the token too (jobs are their token's)
+    async with httpx.AsyncClient(limits=limits, timeout=60, headers=auth) as http:
         tasks = [asyncio.create_task(_client(http, name, urls[name], stop, t0, run.requests))
                  for name in ENDPOINTS for _ in range(clients)]
-        async with httpx.AsyncClient(timeout=60) as watcher:
+        async with httpx.AsyncClient(timeout=60, headers=auth) as watcher:
             while True:
                 summary = (await watcher.get(urls["calibration"])).json()
                 if summary["state"] in TERMINAL:
@@ -173,7 +174,8 @@ def calibrate_once(server: Server, request: dict[str, Any], run: Run, clients: i
     run.job_wall_s = summary.get("elapsed_s")
     run.evaluations = summary.get("evaluations") or 0
     if run.state == "done":
-        report = httpx.get(f"{server.url}/v1/calibrations/{run.job}/files/emulator.json", timeout=60).json()
+        report = httpx.get(f"{server.url}/v1/calibrations/{run.job}/files/emulator.json", timeout=60,
+                           headers={"Authorization": f"Bearer {server.token}"}).json()
         run.calibration_wall_s = report.get("wall_s")
     else:
         print(f"service_load: job {run.job} ended {run.state}: {summary.get('message')}", file=sys.stderr)

@@ -40,6 +40,7 @@ from service_fixtures import (
     SMALL,
     Server,
     free_port,
+    make_token,
     running_server,
     start_server,
     wait_for,
@@ -75,7 +76,7 @@ def finished(server) -> dict:
 def _events(server, job_id: str, **headers: str) -> list[tuple[str, str | None, dict]]:
     """(event, id, data) of the job's stream, to its end."""
     out, name, ident, data = [], None, None, []
-    with httpx.stream("GET", f"{server.url}/v1/calibrations/{job_id}/events", headers=headers,
+    with httpx.stream("GET", f"{server.url}/v1/calibrations/{job_id}/events", headers={**server.headers(), **headers},
                       timeout=httpx.Timeout(30, read=300)) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
@@ -314,10 +315,10 @@ def test_a_study_of_a_calibrations_target_runs_to_its_table_and_export(server, f
     assert f"study-{study_id}/loo.json" in names and any("/folds/vegas/mahimahi.txt" in n for n in names), names
     assert server.get(f"/v1/calibrations/{study_id}").status_code == 404  # a study, not a calibration
     assert study_id in [s["id"] for s in server.get("/v1/studies?state=done").json()["studies"]]
-    listed = _client("jobs", "--studies", "--server", server.url)
+    listed = _client("jobs", "--studies", env=env)
     assert listed.returncode == 0 and study_id in listed.stdout and "loo" in listed.stdout, listed.stderr
     out = tmp_path / "study"
-    fetched = _client("fetch", study_id, "--server", server.url, "--out", str(out))
+    fetched = _client("fetch", study_id, "--out", str(out), env=env)
     assert fetched.returncode == 0, fetched.stderr
     assert (out / "loo.csv").is_file() and "the table" in fetched.stderr
 
@@ -363,9 +364,12 @@ HOSTILE_UPLOADS = {
 }
 
 
-def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dict, int, str]]:
-    """(what, method path, request, status, words of the message)."""
+def _bad_requests(url: str, token: str, job_id: str, other: str = "", cancelled: str = ""
+                  ) -> list[tuple[str, str, dict, int, str]]:
+    """(what, method path, request, status, words of the message); `other` is another token of the
+    server, `cancelled` the id of a cancelled job."""
     auth = {"Authorization": f"Bearer {token}"}
+    as_other = {"headers": {"Authorization": f"Bearer {other}"}}
     post = "POST /v1/calibrations"
     big = io.BytesIO(b"x" * (UPLOAD_LIMIT + 1))
 
@@ -412,18 +416,20 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
          403, "not valid on this server"),
         ("wrong token, cancel", f"DELETE /v1/calibrations/{job_id}",
          {"headers": {"Authorization": "Bearer cal_nope"}}, 403, "not valid"),
-        ("unknown id", "GET /v1/calibrations/0123456789abcdef", {}, 404, "no calibration '0123456789abcdef'"),
+        ("unknown id", "GET /v1/calibrations/0123456789abcdef", {"headers": auth}, 404,
+         "no calibration '0123456789abcdef'"),
         ("unknown id, cancel", "DELETE /v1/calibrations/0123456789abcdef", {"headers": auth}, 404,
          "no calibration"),
-        ("unknown id, export", "GET /v1/calibrations/0123456789abcdef/export", {}, 404, "no calibration"),
-        ("path traversal in files/", f"GET /v1/calibrations/{job_id}/files/..%2F..%2F..%2Fetc%2Fpasswd", {},
-         400, "must be a path inside the export"),
-        ("no such export file", f"GET /v1/calibrations/{job_id}/files/secret.txt", {}, 404,
+        ("unknown id, export", "GET /v1/calibrations/0123456789abcdef/export", {"headers": auth}, 404,
+         "no calibration"),
+        ("path traversal in files/", f"GET /v1/calibrations/{job_id}/files/..%2F..%2F..%2Fetc%2Fpasswd",
+         {"headers": auth}, 400, "must be a path inside the export"),
+        ("no such export file", f"GET /v1/calibrations/{job_id}/files/secret.txt", {"headers": auth}, 404,
          "no file 'secret.txt' in the export"),
         ("cancel a finished job", f"DELETE /v1/calibrations/{job_id}", {"headers": auth}, 409,
          "is done; there is nothing to cancel"),
-        ("unknown state filter", "GET /v1/calibrations?state=paused", {}, 422, "query.state"),
-        ("unknown catalogue sort", "GET /v1/emulators?sort=speed", {}, 422, "query.sort"),
+        ("unknown state filter", "GET /v1/calibrations?state=paused", {"headers": auth}, 422, "query.state"),
+        ("unknown catalogue sort", "GET /v1/emulators?sort=speed", {"headers": auth}, 422, "query.sort"),
         ("score reading a trace file", "POST /v1/scores",
          {"json": {"target": "nepal", "emulator": "mm-link /etc/passwd /etc/passwd"}, "headers": auth},
          422, "the server reads no trace files"),
@@ -435,7 +441,7 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
          422, "give either \"target\""),
         ("study of an unknown calibration", "POST /v1/studies",
          {"json": {"study": "loo", "calibration": "0123456789abcdef"}, "headers": auth},
-         422, "no calibration '0123456789abcdef' on this server"),
+         422, "no calibration '0123456789abcdef' on this server that this API token submitted"),
         ("ablation fixing a parameter", "POST /v1/studies",
          {"json": {"study": "ablate", "target": "nepal", "options": {"fix": {"loss": 0}}}, "headers": auth},
          422, "an ablation fixes nothing"),
@@ -445,7 +451,7 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("leave-one-out with an order", "POST /v1/studies",
          {"json": {"study": "loo", "target": "nepal", "order": "greedy"}, "headers": auth},
          422, "only an ablation adds parameters in an order"),
-        ("unknown study id", "GET /v1/studies/0123456789abcdef", {}, 404, "no study '0123456789abcdef'"),
+        ("unknown study id", "GET /v1/studies/0123456789abcdef", {"headers": auth}, 404, "no study '0123456789abcdef'"),
         ("score of a malformed emulator", "POST /v1/scores",
          {"json": {"target": "nepal", "emulator": "mm-delay x mm-link 12mbps.trace 12mbps.trace"},
           "headers": auth}, 422, "mm-delay takes an integer"),
@@ -454,7 +460,7 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
         ("budget true", post, {"json": {"target": "nepal", "options": {"budget": True}}, "headers": auth},
          422, "options.budget: Input should be a valid integer (got true)"),
         ("a Last-Event-ID of 5000 digits", "GET /v1/calibrations/0123456789abcdef/events",
-         {"headers": {"Last-Event-ID": "9" * 5000}}, 400, "the Last-Event-ID header (5000 characters)"),
+         {"headers": {**auth, "Last-Event-ID": "9" * 5000}}, 400, "the Last-Event-ID header (5000 characters)"),
         ("table declaring 1e30 flows", post, upload("table declaring 1e30 flows"), 422,
          "the upload 't.csv': flows '1e30' is not a whole number from 1 to 64 (flows per run, Pantheon's -f)"),
         ("table declaring nan flows", post, upload("table declaring nan flows"), 422, "flows 'nan' is not"),
@@ -475,19 +481,55 @@ def _bad_requests(url: str, token: str, job_id: str) -> list[tuple[str, str, dic
          "junk.tar.gz/exp: no valid run of any scheme: cubic run 1: junk.tar.gz/exp/cubic_datalink_run1.log:1: "
          "malformed datalink log line"),
         ("job log without a token", f"GET /v1/calibrations/{job_id}/log", {}, 401, "needs an API token"),
+        ("job list without a token", "GET /v1/calibrations", {}, 401, "needs an API token"),
+        # owners: another token's job is absent to it (404: a 403 would tell that someone submitted
+        # that content, whose digest the id is), its upload cannot seed a study
+        ("another token's job, read", f"GET /v1/calibrations/{job_id}", as_other, 404,
+         f"no calibration '{job_id}' on this server"),
+        ("another token's job, cancel", f"DELETE /v1/calibrations/{job_id}", as_other, 404,
+         f"no calibration '{job_id}' on this server"),
+        ("another token's job, log", f"GET /v1/calibrations/{job_id}/log", as_other, 404, "no calibration"),
+        ("another token's job, export", f"GET /v1/calibrations/{job_id}/export", as_other, 404, "no calibration"),
+        ("another token's job, events", f"GET /v1/calibrations/{job_id}/events", as_other, 404, "no calibration"),
+        ("another token's job, catalogue", f"GET /v1/emulators/{job_id}/mahimahi.txt", as_other, 404,
+         f"no emulator '{job_id}' in the catalogue"),
+        ("another token's calibration as a study's target", "POST /v1/studies",
+         {"json": {"study": "loo", "calibration": job_id}, **as_other}, 422,
+         f"no calibration '{job_id}' on this server that this API token submitted"),
+        ("cancel a cancelled job", f"DELETE /v1/calibrations/{cancelled}", {"headers": auth}, 409,
+         f"calibration {cancelled} is cancelled: cancelled"),
     ]
 
 
 BAD = [row[0] for row in _bad_requests("", "", "")]
-#: the rows about the shared calibration (the rest need only the server)
+#: the rows about the shared calibration, another token, a cancelled job (the rest need only the server)
 ABOUT_A_JOB = {row[0] for row in _bad_requests("", "", "JOB-ID") if "JOB-ID" in repr(row)}
+ABOUT_ANOTHER = {row[0] for row in _bad_requests("", "", "", "OTHER-TOKEN") if "OTHER-TOKEN" in repr(row)}
+ABOUT_A_CANCELLED = {row[0] for row in _bad_requests("", "", "", "", "CANCELLED") if "CANCELLED" in repr(row)}
+
+
+@pytest.fixture(scope="module")
+def other_token(server) -> str:
+    """A second token of the shared server: another user."""
+    return make_token(server.root, "other")
+
+
+@pytest.fixture(scope="module")
+def cancelled(server) -> str:
+    """A calibration of a seed no other test submits, cancelled at once (queued, or just started)."""
+    job_id = server.submit(seed=4242, budget=1)["id"]
+    response = server.delete(f"/v1/calibrations/{job_id}")
+    assert response.status_code == 200 and response.json()["state"] == "cancelled", response.text
+    return job_id
 
 
 @pytest.mark.parametrize("what", BAD)
 def test_bad_requests_are_refused_with_a_sentence(server, request, what):
     job_id = request.getfixturevalue("finished")["id"] if what in ABOUT_A_JOB else ""
-    (_, method_path, kwargs, status, words), = [row for row in _bad_requests(server.url, server.token, job_id)
-                                               if row[0] == what]
+    other = request.getfixturevalue("other_token") if what in ABOUT_ANOTHER else ""
+    cancelled = request.getfixturevalue("cancelled") if what in ABOUT_A_CANCELLED else ""
+    (_, method_path, kwargs, status, words), = [row for row in _bad_requests(server.url, server.token, job_id,
+                                                                             other, cancelled) if row[0] == what]
     method, path = method_path.split(" ", 1)
     response = httpx.request(method, server.url + path, timeout=60, **kwargs)
     detail = response.json()["detail"]
@@ -514,6 +556,56 @@ def test_hostile_uploads_leave_nothing_and_one_log_line_each(server):
     assert "Traceback" not in log, log[-4000:]
     refused = [line for line in log.splitlines() if line.startswith("calibrate: refused POST /v1/calibrations: 422 ")]
     assert len(refused) == len(HOSTILE_UPLOADS), log
+
+
+def test_jobs_are_their_tokens_and_public_reads_share_results_never_control(tmp_path):
+    """Two users, a server with --public-reads: the same request makes each one a job of their own
+    (never the other's, whose id it does not learn); each reads the other's job but cannot cancel it
+    or read its log (403, saying why); each cancels their own."""
+    with running_server(tmp_path / "root", "--public-reads") as alice:
+        bob = {"Authorization": f"Bearer {make_token(alice.root, 'bob')}"}
+        request = {"target": "nepal", "options": {**SMALL, "seed": 77}}
+        hers = alice.submit(seed=77)
+        his = httpx.post(f"{alice.url}/v1/calibrations", json=request, headers=bob, timeout=120)
+        assert his.status_code == 202 and his.json()["existing"] is False and his.json()["id"] != hers["id"]
+        again = httpx.post(f"{alice.url}/v1/calibrations", json=request, headers=bob, timeout=120)
+        assert again.json()["id"] == his.json()["id"] and again.json()["existing"] is True  # his own, deduplicated
+        job_url = f"{alice.url}/v1/calibrations/{hers['id']}"
+        assert httpx.get(job_url, headers=bob).json()["id"] == hers["id"]  # --public-reads
+        listed = httpx.get(f"{alice.url}/v1/calibrations", headers=bob).json()["calibrations"]
+        assert {job["id"] for job in listed} == {hers["id"], his.json()["id"]}
+        for method, path, doing in (("DELETE", "", "cancel it"), ("GET", "/log", "read its log")):
+            refused = httpx.request(method, job_url + path, headers=bob, timeout=60)
+            assert refused.status_code == 403 and refused.json()["detail"] == (
+                f"calibration {hers['id']} belongs to another API token; only the token that submitted it can "
+                f"{doing} (submit your own, with your token)"), refused.text
+        assert httpx.delete(f"{alice.url}/v1/calibrations/{his.json()['id']}", headers=bob,
+                            timeout=180).json()["state"] == "cancelled"
+        assert alice.delete(f"/v1/calibrations/{hers['id']}").json()["state"] == "cancelled"
+        store = Store(f"sqlite:///{alice.root / 'service.sqlite'}")
+        owners = {store.job(hers["id"]).owner, store.job(his.json()["id"]).owner}
+        store.close()
+        assert len(owners) == 2 and None not in owners  # the tokens' stored hashes, never the tokens
+        assert alice.token not in owners and bob["Authorization"].split()[1] not in owners
+
+
+def test_a_store_from_before_owners_is_migrated_its_jobs_read_only(tmp_path):
+    """A store whose jobs table has no owner column (a server before issue 27): opened, the
+    column is added; its jobs are nobody's, readable by every token, cancelled by none."""
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    old = Store(url)
+    with old.engine.begin() as db:
+        db.exec_driver_sql("DROP INDEX ix_jobs_owner")
+        db.exec_driver_sql("ALTER TABLE jobs DROP COLUMN owner")
+        db.exec_driver_sql("INSERT INTO jobs (id, kind, digest, state, target, target_digest, options, run_dir, "
+                           "created, starts) VALUES ('old', 'calibration', 'd', 'done', 'nepal', 't', '{}', '/x', "
+                           "'2024-01-01T00:00:00+00:00', 1)")
+    old.close()
+    store = Store(url)
+    job = store.job("old")
+    store.close()
+    assert job is not None and job.owner is None
+    assert job.readable_by("anyone", public_reads=False) and not job.owned_by("anyone")
 
 
 def test_the_service_state_is_private_to_its_user(server):
@@ -578,13 +670,15 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
     assert "the same calibration exists already" in done.stderr and "constant #2" in done.stderr
     # no root needed to list and fetch
     os.chmod(tmp_path, 0o777)
-    listed = _client("jobs", "--json", env={"CALIBRATE_SERVER": server.url}, unprivileged=True)
+    listed = _client("jobs", "--json", env={"CALIBRATE_SERVER": server.url, "CALIBRATE_TOKEN": server.token},
+                     unprivileged=True)
     assert listed.returncode == 0, listed.stderr
     assert job_id in [j["id"] for j in json.loads(listed.stdout)]
-    table = _client("jobs", "--server", server.url, "--state", "done")
+    table = _client("jobs", "--server", server.url, "--state", "done", "--token", server.token)
     assert job_id in table.stdout and "constant 2/2" in table.stdout
     out = tmp_path / "export"
-    fetched = _client("fetch", job_id, "--server", server.url, "--out", str(out), unprivileged=True)
+    fetched = _client("fetch", job_id, "--server", server.url, "--token", server.token, "--out", str(out),
+                      unprivileged=True)
     assert fetched.returncode == 0, fetched.stderr
     assert (out / "emulator.json").is_file() and (out / "mahimahi.txt").read_text().startswith("mm-delay ")
     assert json.loads((out / "emulator.json").read_text())["winner"] == "constant"
@@ -605,19 +699,22 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
         (("serve", "--root", str(server.root), "--port", str(free_port())), 3,
          f"another calibrate serve (pid {server.process.pid}, root {server.root}, http://127.0.0.1:{server.port}) "
          f"runs the jobs of {server.root}"),
-        (("jobs", "--server", "http://127.0.0.1:9"), 3, "cannot reach the calibration server at http://127.0.0.1:9"),
+        (("jobs", "--server", "http://127.0.0.1:9", "--token", "cal_x"), 3,
+         "cannot reach the calibration server at http://127.0.0.1:9"),
+        (("jobs", "--server", server.url), 2, "need the server's API token: give --token"),
         (("submit", "nepal", "--server", server.url), 2, "need the server's API token: give --token"),
         (("submit", "nepal", "--server", server.url, "--token", "cal_nope"), 2,
          "the server refused (HTTP 403): the API token is not valid"),
         (("submit", "nepal", "--budget", "0", "--server", server.url, "--token", server.token), 2,
          "the server refused (HTTP 422): options.budget"),
-        (("fetch", "0123456789abcdef", "--server", server.url, "--out", str(tmp_path / "x")), 2,
+        (("fetch", "0123456789abcdef", "--server", server.url, "--token", server.token, "--out", str(tmp_path / "x")),
+         2,
          "no calibration or study '0123456789abcdef' on "),
         (("submit", "--study", "loo", "--server", server.url, "--token", server.token), 2,
          "a study needs TARGET or --calibration ID"),
         (("submit", "nepal", "--order", "greedy", "--server", server.url, "--token", server.token), 2,
          "--calibration and --order belong to a study"),
-        (("fetch", job_id, "--server", server.url, "--out", str(out)), 2, "exists already"),
+        (("fetch", job_id, "--server", server.url, "--token", server.token, "--out", str(out)), 2, "exists already"),
     ]:
         refused = _client(*args)
         assert refused.returncode == code, (args, refused.stderr)
@@ -728,7 +825,7 @@ def test_the_store_on_postgresql(postgresql, tmp_path):
         assert store.jobs(states=[RUNNING])[0].pid == 123
         assert store.transition("abc", [RUNNING], DONE, finished=now())
         token = store.create_token("ci")
-        assert store.check_token(token) == "ci" and store.check_token(token + "x") is None
+        assert store.check_token(token).name == "ci" and store.check_token(token + "x") is None
         assert token not in json.dumps([list(map(str, row)) for row in store.engine.connect().exec_driver_sql(
             "SELECT * FROM tokens").all()])  # stored hashed
         assert store.revoke_token("ci") and store.check_token(token) is None
@@ -777,7 +874,7 @@ def test_a_job_whose_command_fails_is_failed_with_its_error_line(tmp_path):
     store = Store(settings.store)
     scheduler = Scheduler(settings, store)
     intake = Intake(settings, store, scheduler.wake)
-    ids = [intake.calibration(CalibrationRequest(target="nepal", options=RunOptions(budget=2, seed=seed)))[0].id
+    ids = [intake.calibration(CalibrationRequest(target="nepal", options=RunOptions(budget=2, seed=seed)), "o")[0].id
            for seed in (1, 2)]
     scheduler.claim()
     scheduler.start()

@@ -49,12 +49,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="largest archive or table a request may upload (default: %(default)s)")
     serve.add_argument("--max-extract-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
                        help="refuse an archive whose members expand past this (default: %(default)s)")
+    serve.add_argument("--public-reads", action="store_true",
+                       help="let every valid token read every job's state, events and results (by default a "
+                            "token reads only the jobs it submitted); logs, uploads and cancelling stay the "
+                            "submitter's alone")
     serve.set_defaults(func=_serve)
 
     verbs = serve.add_subparsers(dest="serve_command", title="managing the API tokens", metavar="token")
     # after add_subparsers, which names the verbs' programs from the usage: `token` is optional
     serve.usage = ("calibrate serve [-h] [--root DIR] [--store URL] [--host HOST] [--port PORT] [--address ADDRESS]\n"
                    "                       [--max-running N] [--max-upload-bytes N] [--max-extract-bytes N]\n"
+                   "                       [--public-reads]\n"
                    "       calibrate serve token {create,list,revoke} ...")
     token = verbs.add_parser("token", help="the API tokens writes need",
                              description="Create, list or revoke the server's API tokens (stored hashed).")
@@ -98,14 +103,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be a port number (1 to 65535), got {args.port}")
     settings = _settings(args, address=args.address, max_running=args.max_running,
                          max_upload_bytes=args.max_upload_bytes, max_extract_bytes=args.max_extract_bytes,
-                         url=f"http://{args.host}:{args.port}")
+                         url=f"http://{args.host}:{args.port}", public_reads=args.public_reads)
     require_root()
     app = create_app(settings)
     store = app.state.store
     slots = ("jobs on the Ray cluster at " + settings.address if settings.address
              else f"{settings.job_slots} emulator slots each")
+    reads = "every token reads every job (--public-reads)" if settings.public_reads else \
+        "each token reads its own jobs"
     print(f"calibrate: serving http://{args.host}:{args.port} (API docs at /docs): root {settings.root}, "
-          f"store {store.safe_url}, {settings.running_limit} job(s) at once, {slots}", file=sys.stderr)
+          f"store {store.safe_url}, {settings.running_limit} job(s) at once, {slots}; {reads}", file=sys.stderr)
     if not store.tokens():
         print("calibrate: note: no API token yet, so nobody can submit: create one with `calibrate serve "
               f"token create --root {args.root}`", file=sys.stderr)

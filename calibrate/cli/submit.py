@@ -25,15 +25,14 @@ from calibrate.errors import InputError, RunFailed
 STUDY_POLL_S = 5.0
 
 
-def _add_server_options(parser: argparse.ArgumentParser, *, write: bool = False) -> None:
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
     from calibrate.service.settings import DEFAULT_SERVER, ENV_SERVER, ENV_TOKEN
 
     group = parser.add_argument_group("the server")
     group.add_argument("--server", metavar="URL",
                        help=f"the calibration server (env {ENV_SERVER}; default {DEFAULT_SERVER})")
-    if write:
-        group.add_argument("--token", help=f"its API token (env {ENV_TOKEN}); `calibrate serve token "
-                                           f"create` on the server makes one")
+    group.add_argument("--token", help=f"its API token (env {ENV_TOKEN}): your jobs are your token's; "
+                                       f"`calibrate serve token create` on the server makes one")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.add_argument("--json", action="store_true",
                         help="print the server's answer (with --wait: the finished job) as JSON on stdout "
                              "instead of lines")
-    _add_server_options(submit, write=True)
+    _add_server_options(submit)
     submit.set_defaults(func=_submit)
 
     jobs = subparsers.add_parser("jobs", help="the calibrations on a calibration server",
@@ -209,7 +208,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
     from calibrate.service.client import Client
 
-    client = Client.from_options(args.server, None)
+    client = Client.from_options(args.server, args.token)
     collection = "studies" if args.studies else "calibrations"
     jobs = client.jobs(args.state, collection)
     if args.json:
@@ -233,7 +232,7 @@ def _jobs(args: argparse.Namespace) -> int:
 def _fetch(args: argparse.Namespace) -> int:
     from calibrate.service.client import Client
 
-    client = Client.from_options(args.server, None)
+    client = Client.from_options(args.server, args.token)
     collection = client.collection_of(args.job_id)
     kind = "study" if collection == "studies" else "calibration"
     out = client.fetch(args.job_id, args.out or Path(f"{kind}-{args.job_id}"), collection)

@@ -1,7 +1,16 @@
 """The HTTP API (FastAPI): `create_app(settings)`.
 
-Reads are open; writes (POST, DELETE) need ``Authorization: Bearer TOKEN`` with a token of
-`calibrate serve token create` (401 without one, 403 with one the store does not know).  Every
+Every request about jobs needs ``Authorization: Bearer TOKEN`` with a token of `calibrate serve
+token create` (401 without one, 403 with one the store does not know); a read (GET) may carry it
+as the cookie `TOKEN_COOKIE` instead, which the web page sets (an EventSource, a link or an image
+cannot send a header).  Open to all: the server's status, the web page, the API's docs.
+
+Owners: a job belongs to the token that submitted it (`Job.owner`).  Its state, events and
+results are its owner's to read, and every valid token's with ``--public-reads``; its log and
+its cancel are its owner's alone.  A job a token may not read is answered 404, as if absent (ids
+are digests of content: a 403 would tell that someone submitted that content); a job it may
+read but not control (``--public-reads``) 403, naming why.  A job from before owners is read-only
+to every token.  Every
 error is ``{"detail": "one sentence naming the problem and the fix"}``: 400 (not JSON, not a
 form), 401, 403, 404 (no such job or file), 409 (not in a state for that: no export before
 done, no cancel after done), 413 (a body past --max-upload-bytes), 422 (a request that is well
@@ -18,7 +27,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -55,6 +64,7 @@ from calibrate.service.store import (
     SCORE,
     STATES,
     STUDY,
+    Caller,
     Job,
     Store,
 )
@@ -69,6 +79,8 @@ EXAMPLE = '{"target": "nepal", "options": {"budget": 24, "links": "constant"}}'
 #: the longest Last-Event-ID an event stream reads: its ids count evaluations, which are fewer
 #: than a job's budget (at most MAX_BUDGET per link kind)
 MAX_EVENT_ID_DIGITS = 9
+#: the cookie the web page keeps its token in, for reads (module docstring)
+TOKEN_COOKIE = "calibrate_token"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,6 +241,30 @@ def _openapi_body(name: str, form: bool = False) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": content}}
 
 
+def authorized(request: Request) -> Caller:
+    """The caller of a request: its token's, checked against the server's store (module docstring)."""
+    header = request.headers.get("authorization")
+    hint = "create one on the server with `calibrate serve token create`"
+    if not header and request.method == "GET" and request.cookies.get(TOKEN_COOKIE):
+        header = f"Bearer {request.cookies[TOKEN_COOKIE]}"  # the web page's reads (never a write)
+    if not header:
+        raise _refuse(401, f"this request needs an API token: send 'Authorization: Bearer TOKEN' ({hint})",
+                      {"WWW-Authenticate": "Bearer"})
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _refuse(401, f"the Authorization header must be 'Bearer TOKEN' ({hint})",
+                      {"WWW-Authenticate": "Bearer"})
+    caller = request.app.state.store.check_token(token.strip())
+    if caller is None:
+        raise _refuse(403, "the API token is not valid on this server (unknown or revoked); ask its "
+                           "operator for one (`calibrate serve token create` on the server)")
+    return caller
+
+
+#: a handler's caller, checked before the handler runs (`authorized`)
+Authorized = Annotated[Caller, Depends(authorized)]
+
+
 # ----------------------------------------------------------------------------------------------
 # The application
 
@@ -271,31 +307,30 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
               file=sys.stderr, flush=True)
         return JSONResponse({"detail": detail}, status_code=status)
 
-    def authorized(request: Request) -> str:
-        header = request.headers.get("authorization")
-        hint = "create one on the server with `calibrate serve token create`"
-        if not header:
-            raise _refuse(401, f"this request needs an API token: send 'Authorization: Bearer TOKEN' ({hint})",
-                          {"WWW-Authenticate": "Bearer"})
-        scheme, _, token = header.strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise _refuse(401, f"the Authorization header must be 'Bearer TOKEN' ({hint})",
-                          {"WWW-Authenticate": "Bearer"})
-        name = store.check_token(token.strip())
-        if name is None:
-            raise _refuse(403, "the API token is not valid on this server (unknown or revoked); ask its "
-                               "operator for one (`calibrate serve token create` on the server)")
-        return name
+    def readable(job: Job, caller: Caller) -> bool:
+        return job.readable_by(caller.owner, settings.public_reads)
 
-    writes = [Depends(authorized)]
-
-    def job_of(job_id: str, kind: str) -> Job:
+    def job_of(job_id: str, kind: str, caller: Caller) -> Job:
+        """The job, if `caller` may read it; else 404, as for no job (module docstring)."""
         job = store.job(job_id)
+        if job is not None and not readable(job, caller):
+            job = None
         if job is None or job.kind != kind:
             other = "" if job is None else f" (it is a {job.kind}: {views.collection(job.kind)}/{job_id})"
             raise _refuse(404, f"no {kind} {job_id!r} on this server{other}; list them with GET "
                                f"{views.collection(kind)}")
         return job
+
+    def owned(job: Job, caller: Caller, doing: str) -> Job:
+        """The job, if `caller` submitted it; else 403 (it can read it: --public-reads)."""
+        if not job.owned_by(caller.owner):
+            whose = "was made before jobs had owners" if job.owner is None else "belongs to another API token"
+            raise _refuse(403, f"{job.kind} {job.id} {whose}; only the token that submitted it can {doing} "
+                               f"(submit your own, with your token)")
+        return job
+
+    def mine(jobs: list[Job], caller: Caller) -> list[Job]:
+        return [job for job in jobs if readable(job, caller)]
 
     def _state_text(job: Job) -> str:
         if job.state == RUNNING and job.kind == CALIBRATION:
@@ -306,8 +341,8 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
             return f"running ({len(runs.records(job))} evaluations so far)"
         return job.state + (f": {job.message}" if job.state not in (QUEUED, DONE) and job.message else "")
 
-    def done_job(job_id: str, kind: str = CALIBRATION) -> Job:
-        job = job_of(job_id, kind)
+    def done_job(job_id: str, caller: Caller, kind: str = CALIBRATION) -> Job:
+        job = job_of(job_id, kind, caller)
         if job.state != DONE:
             watch = f"watch {views.collection(kind)}/{job_id}/events" if kind == CALIBRATION else \
                 f"poll {views.collection(kind)}/{job_id}"
@@ -346,33 +381,34 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
 
     # -- calibrations
 
-    @app.post("/v1/calibrations", status_code=202, tags=["calibrations"], dependencies=writes,
+    @app.post("/v1/calibrations", status_code=202, tags=["calibrations"],
               openapi_extra=_openapi_body("CalibrationRequest", form=True),
               summary="submit a calibration (JSON, or multipart with an uploaded archive)")
-    async def submit_calibration(request: Request) -> JSONResponse:
+    async def submit_calibration(request: Request, caller: Authorized) -> JSONResponse:
         kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if kind == "multipart/form-data":
             parsed, upload = await _form_body(request, settings)
-            job, existing = await run_in_threadpool(intake.calibration, parsed, upload)
+            job, existing = await run_in_threadpool(intake.calibration, parsed, caller.owner, upload)
         else:  # JSON, whatever the client called it (curl -d says x-www-form-urlencoded)
             parsed = await _json_body(request, CalibrationRequest)
-            job, existing = await run_in_threadpool(intake.calibration, parsed)
+            job, existing = await run_in_threadpool(intake.calibration, parsed, caller.owner)
         return submitted(job, existing)
 
     @app.get("/v1/calibrations", tags=["calibrations"], summary="list the calibrations")
-    def list_calibrations(state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
+    def list_calibrations(caller: Authorized,
+                          state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
                           ) -> dict[str, Any]:
-        jobs = store.jobs(kind=CALIBRATION, states=None if state is None else [state])
+        jobs = mine(store.jobs(kind=CALIBRATION, states=None if state is None else [state]), caller)
         return {"calibrations": [summary(job) for job in reversed(jobs)]}
 
     @app.get("/v1/calibrations/{job_id}", tags=["calibrations"], summary="one calibration")
-    def get_calibration(job_id: str) -> dict[str, Any]:
-        return summary(job_of(job_id, CALIBRATION))
+    def get_calibration(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return summary(job_of(job_id, CALIBRATION, caller))
 
-    @app.delete("/v1/calibrations/{job_id}", tags=["calibrations"], dependencies=writes,
+    @app.delete("/v1/calibrations/{job_id}", tags=["calibrations"],
                 summary="cancel a calibration")
-    def cancel_calibration(job_id: str) -> dict[str, Any]:
-        return _cancel(job_of(job_id, CALIBRATION))
+    def cancel_calibration(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return _cancel(owned(job_of(job_id, CALIBRATION, caller), caller, "cancel it"))
 
     def _cancel(job: Job) -> dict[str, Any]:
         if job.state in FINISHED:  # done, failed, or cancelled already: one answer for all three
@@ -385,14 +421,14 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
     @app.get("/v1/calibrations/{job_id}/events", tags=["calibrations"],
              summary="server-sent events: one per finished evaluation, state changes, the end",
              response_class=StreamingResponse)
-    async def events(job_id: str, request: Request) -> StreamingResponse:
+    async def events(job_id: str, request: Request, caller: Authorized) -> StreamingResponse:
         header = request.headers.get("last-event-id", "").strip()
         if len(header) > MAX_EVENT_ID_DIGITS:
             raise _refuse(400, f"the Last-Event-ID header ({len(header)} characters) is not an event id of "
                                f"this stream (at most {MAX_EVENT_ID_DIGITS} digits); leave it out to start "
                                f"from the first event")
         after = int(header) if header.isdigit() else 0
-        job = job_of(job_id, CALIBRATION)
+        job = job_of(job_id, CALIBRATION, caller)
 
         async def stream() -> AsyncIterator[str]:
             sent, state, quiet = after, None, 0.0
@@ -426,18 +462,18 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
 
     @app.get("/v1/calibrations/{job_id}/export", tags=["calibrations"], response_class=FileResponse,
              summary="the export as a zip")
-    def get_export(job_id: str) -> FileResponse:
-        return export_of(done_job(job_id))
+    def get_export(job_id: str, caller: Authorized) -> FileResponse:
+        return export_of(done_job(job_id, caller))
 
     @app.get("/v1/calibrations/{job_id}/files/{name:path}", tags=["calibrations"],
              response_class=FileResponse, summary="one file of the export")
-    def get_file(job_id: str, name: str) -> FileResponse:
-        return file_of(done_job(job_id), name)
+    def get_file(job_id: str, name: str, caller: Authorized) -> FileResponse:
+        return file_of(done_job(job_id, caller), name)
 
     @app.get("/v1/calibrations/{job_id}/convergence.png", tags=["calibrations"],
              response_class=Response, summary="the convergence plot of the journal so far")
-    def convergence(job_id: str) -> Response:
-        job = job_of(job_id, CALIBRATION)
+    def convergence(job_id: str, caller: Authorized) -> Response:
+        job = job_of(job_id, CALIBRATION, caller)
         records = runs.records(job)
         if not records:
             raise _refuse(409, f"calibration {job_id} is {_state_text(job)} and has no finished "
@@ -446,82 +482,83 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
                         headers={"Cache-Control": "no-cache"})
 
     @app.get("/v1/calibrations/{job_id}/log", tags=["calibrations"], response_class=PlainTextResponse,
-             dependencies=writes, summary="the end of the job's log (its command's output, the server's paths "
-                                          "as <root>)")
-    def calibration_log(job_id: str) -> PlainTextResponse:
-        return log_of(job_of(job_id, CALIBRATION))
+             summary="the end of the job's log (its command's output, the server's paths as <root>): its "
+                     "owner's alone")
+    def calibration_log(job_id: str, caller: Authorized) -> PlainTextResponse:
+        return log_of(owned(job_of(job_id, CALIBRATION, caller), caller, "read its log"))
 
     # -- scores
 
-    @app.post("/v1/scores", status_code=202, tags=["scores"], dependencies=writes,
+    @app.post("/v1/scores", status_code=202, tags=["scores"],
               openapi_extra=_openapi_body("ScoreRequest"),
               summary="score one emulator against a target (calibrate score)")
-    async def submit_score(request: Request) -> JSONResponse:
+    async def submit_score(request: Request, caller: Authorized) -> JSONResponse:
         parsed = await _json_body(request, ScoreRequest)
-        job, existing = await run_in_threadpool(intake.score, parsed)
+        job, existing = await run_in_threadpool(intake.score, parsed, caller.owner)
         return submitted(job, existing)
 
     @app.get("/v1/scores", tags=["scores"], summary="list the scores")
-    def list_scores() -> dict[str, Any]:
-        return {"scores": [summary(job) for job in reversed(store.jobs(kind=SCORE))]}
+    def list_scores(caller: Authorized) -> dict[str, Any]:
+        return {"scores": [summary(job) for job in reversed(mine(store.jobs(kind=SCORE), caller))]}
 
     @app.get("/v1/scores/{job_id}", tags=["scores"], summary="one score: its state, and f once done")
-    def get_score(job_id: str) -> dict[str, Any]:
-        return summary(job_of(job_id, SCORE))
+    def get_score(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return summary(job_of(job_id, SCORE, caller))
 
-    @app.delete("/v1/scores/{job_id}", tags=["scores"], dependencies=writes, summary="cancel a score")
-    def cancel_score(job_id: str) -> dict[str, Any]:
-        return _cancel(job_of(job_id, SCORE))
+    @app.delete("/v1/scores/{job_id}", tags=["scores"], summary="cancel a score")
+    def cancel_score(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return _cancel(owned(job_of(job_id, SCORE, caller), caller, "cancel it"))
 
     # -- studies
 
-    @app.post("/v1/studies", status_code=202, tags=["studies"], dependencies=writes,
+    @app.post("/v1/studies", status_code=202, tags=["studies"],
               openapi_extra=_openapi_body("StudyRequest"),
               summary="a leave-one-out (calibrate loo) or an ablation (calibrate ablate) of a target")
-    async def submit_study(request: Request) -> JSONResponse:
+    async def submit_study(request: Request, caller: Authorized) -> JSONResponse:
         parsed = await _json_body(request, StudyRequest)
-        job, existing = await run_in_threadpool(intake.study, parsed)
+        job, existing = await run_in_threadpool(intake.study, parsed, caller.owner)
         return submitted(job, existing)
 
     @app.get("/v1/studies", tags=["studies"], summary="list the studies")
-    def list_studies(state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
+    def list_studies(caller: Authorized,
+                     state: Literal["queued", "running", "done", "failed", "cancelled"] | None = None
                      ) -> dict[str, Any]:
-        jobs = store.jobs(kind=STUDY, states=None if state is None else [state])
+        jobs = mine(store.jobs(kind=STUDY, states=None if state is None else [state]), caller)
         return {"studies": [summary(job) for job in reversed(jobs)]}
 
     @app.get("/v1/studies/{job_id}", tags=["studies"],
              summary="one study: its state, evaluations so far, and its table once done")
-    def get_study(job_id: str) -> dict[str, Any]:
-        return summary(job_of(job_id, STUDY))
+    def get_study(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return summary(job_of(job_id, STUDY, caller))
 
-    @app.delete("/v1/studies/{job_id}", tags=["studies"], dependencies=writes, summary="cancel a study")
-    def cancel_study(job_id: str) -> dict[str, Any]:
-        return _cancel(job_of(job_id, STUDY))
+    @app.delete("/v1/studies/{job_id}", tags=["studies"], summary="cancel a study")
+    def cancel_study(job_id: str, caller: Authorized) -> dict[str, Any]:
+        return _cancel(owned(job_of(job_id, STUDY, caller), caller, "cancel it"))
 
     @app.get("/v1/studies/{job_id}/export", tags=["studies"], response_class=FileResponse,
              summary="the study's export as a zip (its table, plot and each fold's or step's emulator)")
-    def get_study_export(job_id: str) -> FileResponse:
-        return export_of(done_job(job_id, STUDY))
+    def get_study_export(job_id: str, caller: Authorized) -> FileResponse:
+        return export_of(done_job(job_id, caller, STUDY))
 
     @app.get("/v1/studies/{job_id}/files/{name:path}", tags=["studies"], response_class=FileResponse,
              summary="one file of the study's export")
-    def get_study_file(job_id: str, name: str) -> FileResponse:
-        return file_of(done_job(job_id, STUDY), name)
+    def get_study_file(job_id: str, name: str, caller: Authorized) -> FileResponse:
+        return file_of(done_job(job_id, caller, STUDY), name)
 
     @app.get("/v1/studies/{job_id}/log", tags=["studies"], response_class=PlainTextResponse,
-             dependencies=writes, summary="the end of the study's log (its command's output, the server's "
-                                          "paths as <root>)")
-    def study_log(job_id: str) -> PlainTextResponse:
-        return log_of(job_of(job_id, STUDY))
+             summary="the end of the study's log (its command's output, the server's paths as <root>): its "
+                     "owner's alone")
+    def study_log(job_id: str, caller: Authorized) -> PlainTextResponse:
+        return log_of(owned(job_of(job_id, STUDY, caller), caller, "read its log"))
 
     # -- the catalogue
 
     @app.get("/v1/emulators", tags=["catalogue"], summary="the winners of finished calibrations")
-    def catalogue(target: str | None = None, link: Literal["constant", "poisson"] | None = None,
+    def catalogue(caller: Authorized, target: str | None = None, link: Literal["constant", "poisson"] | None = None,
                   sort: Literal["f", "date"] = "f", order: Literal["asc", "desc"] = "asc",
                   limit: int | None = Query(None, ge=1, le=10000)) -> dict[str, Any]:
         entries = []
-        for job in store.jobs(kind=CALIBRATION, states=[DONE]):
+        for job in mine(store.jobs(kind=CALIBRATION, states=[DONE]), caller):
             entry = views.catalogue_entry(job, runs)
             if entry is None or (link is not None and entry["link"] != link):
                 continue
@@ -534,8 +571,10 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         entries = views.sort_entries(entries, sort, order)
         return {"emulators": entries[:limit] if limit is not None else entries}
 
-    def catalogued(job_id: str) -> tuple[Job, Any]:
+    def catalogued(job_id: str, caller: Caller) -> tuple[Job, Any]:
         job = store.job(job_id)
+        if job is not None and not readable(job, caller):
+            job = None
         report = runs.report(job) if job is not None and job.kind == CALIBRATION else None
         if job is None or report is None:
             raise _refuse(404, f"no emulator {job_id!r} in the catalogue (only finished calibrations "
@@ -544,15 +583,15 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
 
     @app.get("/v1/emulators/{job_id}/mahimahi.txt", tags=["catalogue"], response_class=PlainTextResponse,
              summary="the winner as a Mahimahi command line")
-    def mahimahi(job_id: str) -> FileResponse:
-        job, _ = catalogued(job_id)
+    def mahimahi(job_id: str, caller: Authorized) -> FileResponse:
+        job, _ = catalogued(job_id, caller)
         return FileResponse(views.export_dir(job) / "mahimahi.txt", media_type="text/plain",
                             filename=f"mahimahi-{job.id}.txt")
 
     @app.get("/v1/emulators/{job_id}/bundle.zip", tags=["catalogue"], response_class=FileResponse,
              summary="the winner's command lines, emulator.json and trace files")
-    def bundle(job_id: str) -> FileResponse:
-        job, report = catalogued(job_id)
+    def bundle(job_id: str, caller: Authorized) -> FileResponse:
+        job, report = catalogued(job_id, caller)
         return FileResponse(views.bundle_zip(job, report), media_type="application/zip",
                             filename=f"emulator-{job.id}.zip")
 

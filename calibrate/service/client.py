@@ -59,7 +59,7 @@ def parse_events(lines: Iterator[str]) -> Iterator[Event]:
 
 @dataclass
 class Client:
-    """A calibration server at `server` (its base URL), with the API token for writes."""
+    """A calibration server at `server` (its base URL), with the API token every request sends."""
 
     server: str
     token: str | None = None
@@ -74,13 +74,12 @@ class Client:
 
     # -- transport
 
-    def _headers(self, write: bool) -> dict[str, str]:
-        if not write:
-            return {}
+    def _headers(self) -> dict[str, str]:
+        """Every request about jobs needs the token: a job is its submitter's (the server's
+        --public-reads lets every token read every job)."""
         if not self.token:
-            raise InputError(f"submitting and cancelling need the server's API token: give --token TOKEN or "
-                             f"set {ENV_TOKEN} (the server's operator makes one with `calibrate serve token "
-                             f"create`)")
+            raise InputError(f"need the server's API token: give --token TOKEN or set {ENV_TOKEN} (the server's "
+                             f"operator makes one with `calibrate serve token create`)")
         return {"Authorization": f"Bearer {self.token}"}
 
     def _unreachable(self, error: Exception) -> EnvironmentProblem:
@@ -97,8 +96,8 @@ class Client:
             detail = response.text.strip()[:300] or response.reason_phrase
         return InputError(f"the server refused (HTTP {response.status_code}): {detail}")
 
-    def request(self, method: str, path: str, *, write: bool = False, **kwargs: Any) -> httpx.Response:
-        headers = self._headers(write)
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = self._headers()
         try:
             response = httpx.request(method, self.server + path, headers=headers, timeout=self.timeout_s,
                                      **kwargs)
@@ -119,10 +118,10 @@ class Client:
         if path.is_file():
             body = json.dumps({"options": dict(options), "force": force})
             with open(path, "rb") as f:
-                return self.request("POST", "/v1/calibrations", write=True,
+                return self.request("POST", "/v1/calibrations",
                                     files={"archive": (path.name, f)}, data={"request": body}).json()
         request = {"target": target, "options": dict(options), "force": force}
-        return self.request("POST", "/v1/calibrations", write=True, json=request).json()
+        return self.request("POST", "/v1/calibrations", json=request).json()
 
     def submit_study(self, study: str, *, target: str | None = None, calibration: str | None = None,
                      options: Mapping[str, Any], order: str | None = None, force: bool = False) -> dict[str, Any]:
@@ -135,7 +134,7 @@ class Client:
                    **({"target": target} if target is not None else {}),
                    **({"calibration": calibration} if calibration is not None else {}),
                    **({"order": order} if order is not None else {})}
-        return self.request("POST", "/v1/studies", write=True, json=request).json()
+        return self.request("POST", "/v1/studies", json=request).json()
 
     def job(self, job_id: str, collection: str = "calibrations") -> dict[str, Any]:
         return self.request("GET", f"/v1/{collection}/{job_id}").json()
@@ -148,7 +147,8 @@ class Client:
         """Whether job `job_id` is one of the calibrations or of the studies."""
         for collection in ("calibrations", "studies"):
             try:
-                response = httpx.get(f"{self.server}/v1/{collection}/{job_id}", timeout=self.timeout_s)
+                response = httpx.get(f"{self.server}/v1/{collection}/{job_id}", headers=self._headers(),
+                                     timeout=self.timeout_s)
             except httpx.TransportError as error:
                 raise self._unreachable(error) from None
             if response.status_code == 200:
@@ -159,13 +159,14 @@ class Client:
                          f"`calibrate jobs` (or `calibrate jobs --studies`)")
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return self.request("DELETE", f"/v1/calibrations/{job_id}", write=True).json()
+        return self.request("DELETE", f"/v1/calibrations/{job_id}").json()
 
     def events(self, job_id: str) -> Iterator[Event]:
         """The job's events (every finished evaluation, then state changes, then `end`)."""
         url = f"{self.server}/v1/calibrations/{job_id}/events"
         try:
-            with httpx.stream("GET", url, timeout=httpx.Timeout(self.timeout_s, read=None)) as response:
+            with httpx.stream("GET", url, headers=self._headers(),
+                              timeout=httpx.Timeout(self.timeout_s, read=None)) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise self._refused(response)
@@ -186,7 +187,7 @@ class Client:
             archive = staging / "export.zip"
             try:
                 with httpx.stream("GET", f"{self.server}/v1/{collection}/{job_id}/export",
-                                  timeout=self.timeout_s) as response:
+                                  headers=self._headers(), timeout=self.timeout_s) as response:
                     if response.status_code >= 400:
                         response.read()
                         raise self._refused(response)

@@ -17,10 +17,12 @@ reader's message, before a job exists.  The job then runs on the target as loade
   keys), less the two provenance fields that say how it was typed (``source``, ``notes``), so
   ``nepal`` and ``bundled:nepal``, ``P188`` and ``188`` are one content;
 - an upload's is the SHA-256 of its bytes;
-- a job's digest is the SHA-256 of its kind, that content digest and the options *normalized*:
-  every default filled in, the link kinds as the target resolves them (`links_for`), so ``{}``
-  and ``{"budget": 30}`` are the same request.  Its id is the digest's first 16 hex digits; a
-  forced resubmission (``force``) adds ``-2``, ``-3``, ...
+- a job's digest is the SHA-256 of its owner (the token that submits it: `Caller.owner`), its
+  kind, that content digest and the options *normalized*: every default filled in, the link kinds
+  as the target resolves them (`links_for`), so ``{}`` and ``{"budget": 30}`` are the same
+  request.  A resubmission answers with the job of the same digest, so only ever with one of the
+  same token's: another's job is never handed out (nor is its id told: it is another digest).
+  Its id is the digest's first 16 hex digits; a forced resubmission (``force``) adds ``-2``, ...
 """
 
 from __future__ import annotations
@@ -454,8 +456,8 @@ def made_file(job: Job) -> Path:
     return Path(job.run_dir).parent / SCORE_FILE
 
 
-def job_digest(kind: str, content: str, options: Mapping[str, Any]) -> str:
-    return _sha256_json({"kind": kind, "content": content, "options": options})
+def job_digest(owner: str, kind: str, content: str, options: Mapping[str, Any]) -> str:
+    return _sha256_json({"owner": owner, "kind": kind, "content": content, "options": options})
 
 
 @dataclass
@@ -469,9 +471,11 @@ class Intake:
     def job_dir(self, job_id: str) -> Path:
         return self.settings.jobs_dir / job_id
 
-    def calibration(self, request: CalibrationRequest, upload: SavedUpload | None = None) -> tuple[Job, bool]:
-        """(the job, whether it existed already) for a checked request; `upload` is the target
-        when the request names none.  Raises CalibrateError (the request is refused)."""
+    def calibration(self, request: CalibrationRequest, owner: str, upload: SavedUpload | None = None
+                    ) -> tuple[Job, bool]:
+        """(the job, whether it existed already) for a checked request of the token `owner`;
+        `upload` is the target when the request names none.  Raises CalibrateError (the request
+        is refused)."""
         try:
             if upload is not None:
                 if request.target is not None:
@@ -485,24 +489,25 @@ class Intake:
                 target = load_named(spec, self.settings)
                 content = target_digest(target)
             options = normalize_run(request.options, spec, target)
-            return self._make(CALIBRATION, spec, target, content, options, request.force, upload)
+            return self._make(owner, CALIBRATION, spec, target, content, options, request.force, upload)
         finally:
             if upload is not None:
                 upload.discard()  # moved into its job by now, or not needed
 
-    def score(self, request: ScoreRequest) -> tuple[Job, bool]:
+    def score(self, request: ScoreRequest, owner: str) -> tuple[Job, bool]:
         spec = request.target.strip()
         target = load_named(spec, self.settings)
         options = normalize_score(request, target)
-        return self._make(SCORE, spec, target, target_digest(target), options, request.force, None)
+        return self._make(owner, SCORE, spec, target, target_digest(target), options, request.force, None)
 
-    def study(self, request: StudyRequest) -> tuple[Job, bool]:
-        """A study of a named target, or of the target of a calibration on this server."""
+    def study(self, request: StudyRequest, owner: str) -> tuple[Job, bool]:
+        """A study of a named target, or of the target of one of the token's calibrations (its
+        target may be an upload, which is its owner's alone, --public-reads or not)."""
         if request.calibration is not None:
             source = self.store.job(request.calibration.strip())
-            if source is None or source.kind != CALIBRATION:
-                raise InputError(f"calibration: no calibration {request.calibration!r} on this server; "
-                                 f"list them with GET /v1/calibrations")
+            if source is None or source.kind != CALIBRATION or not source.owned_by(owner):
+                raise InputError(f"calibration: no calibration {request.calibration!r} on this server that this API "
+                                 f"token submitted; list yours with GET /v1/calibrations")
             saved = self.job_dir(source.id) / INPUT_DIR / TARGET_FILE
             target = Target.from_json(read_json(saved, what="target"), source=source.target)
             spec, content = source.target, source.target_digest
@@ -512,11 +517,11 @@ class Intake:
             target = load_named(spec, self.settings)
             content = target_digest(target)
         options = normalize_study(request, spec, target)
-        return self._make(STUDY, spec, target, content, options, request.force, None)
+        return self._make(owner, STUDY, spec, target, content, options, request.force, None)
 
-    def _make(self, kind: str, spec: str, target: Target, content: str, options: dict[str, Any],
+    def _make(self, owner: str, kind: str, spec: str, target: Target, content: str, options: dict[str, Any],
               force: bool, upload: SavedUpload | None) -> tuple[Job, bool]:
-        digest = job_digest(kind, content, options)
+        digest = job_digest(owner, kind, content, options)
         if not force:
             existing = self.store.live_job(digest)
             if existing is not None:
@@ -527,7 +532,7 @@ class Intake:
                 continue
             job = Job(id=job_id, kind=kind, digest=digest, state=QUEUED, target=spec,
                       target_digest=content, options=options,
-                      run_dir=str(self.job_dir(job_id) / RUN_DIR), created=now())
+                      run_dir=str(self.job_dir(job_id) / RUN_DIR), created=now(), owner=owner)
             if not self._prepare(job, target, upload):
                 continue  # another request took this id a moment ago
             if self.store.add_job(job):

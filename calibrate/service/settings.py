@@ -81,6 +81,8 @@ class ServiceSettings:
     max_extract_bytes: int = DEFAULT_MAX_BYTES
     python: str = sys.executable  # the interpreter the jobs run `-m calibrate` with
     cancel_grace_s: float = CANCEL_GRACE_S
+    #: every valid token reads every job's state and results (never its log, upload or cancel)
+    public_reads: bool = False
     url: str | None = None  # where it listens (http://HOST:PORT), for the message refusing a second server
 
     def __post_init__(self) -> None:

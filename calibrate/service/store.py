@@ -40,6 +40,7 @@ from sqlalchemy import (
     delete,
     event,
     insert,
+    inspect,
     select,
     update,
 )
@@ -79,6 +80,7 @@ jobs_table = Table(
     Column("message", Text),
     Column("exit_code", Integer),
     Column("starts", Integer, nullable=False, default=0),  # processes started: run, then resumes
+    Column("owner", String(64), index=True),  # the token that submitted it (`Caller.owner`); None: before owners
 )
 tokens_table = Table(
     "tokens", metadata,
@@ -130,6 +132,17 @@ class Job:
     message: str | None = None
     exit_code: int | None = None
     starts: int = 0
+    owner: str | None = None
+
+    def readable_by(self, owner: str, public_reads: bool) -> bool:
+        """Whether the token of `owner` may read this job's state and results: its own, any with
+        --public-reads, and a job from before owners (those were open to everyone)."""
+        return public_reads or self.owner in (owner, None)
+
+    def owned_by(self, owner: str) -> bool:
+        """Whether the token of `owner` submitted this job (may cancel it, read its log, study its
+        target).  A job from before owners is nobody's: read-only."""
+        return self.owner == owner
 
     @classmethod
     def of_row(cls, row: Any) -> Job:
@@ -139,6 +152,16 @@ class Job:
 
     def to_row(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the token's name, and its owner id — the token's salted SHA-256 as
+    stored, unique to the token (a new token of a revoked one's name is another owner), and
+    nothing of the token itself."""
+
+    name: str
+    owner: str
 
 
 @dataclass(frozen=True)
@@ -170,6 +193,7 @@ class Store:
             else:
                 self.engine = create_engine(self.url, pool_pre_ping=True)
             metadata.create_all(self.engine)
+            _migrate(self.engine)
         except (ArgumentError, NoSuchModuleError) as error:
             raise InputError(f"--store {self.url!r} is not a database URL SQLAlchemy knows ({error}); "
                              f"give sqlite:///PATH or postgresql+psycopg://USER@HOST/DB") from None
@@ -321,19 +345,30 @@ class Store:
         with self.engine.begin() as db:
             return db.execute(tokens_table.delete().where(tokens_table.c.name == name)).rowcount == 1
 
-    def check_token(self, token: str) -> str | None:
-        """The name of the token `token` is, or None (unknown or revoked)."""
+    def check_token(self, token: str) -> Caller | None:
+        """The caller of token `token` (its name and owner id), or None (unknown or revoked)."""
         with self.engine.connect() as db:
             rows = db.execute(select(tokens_table.c.name, tokens_table.c.salt, tokens_table.c.hash)).all()
         for name, salt, digest in rows:
             if hmac.compare_digest(_hash(salt, token), digest):
                 self._used(name)
-                return str(name)
+                return Caller(str(name), str(digest))
         return None
 
     def _used(self, name: str) -> None:
         with self.engine.begin() as db:
             db.execute(update(tokens_table).where(tokens_table.c.name == name).values(last_used=now()))
+
+
+def _migrate(engine: Engine) -> None:
+    """Bring a store made by an older server to this schema (the store has no version number:
+    each change is a column added where it is missing, so every older store is migrated in place):
+    ``jobs.owner`` (issue 27), NULL for the jobs made before owners."""
+    columns = {column["name"] for column in inspect(engine).get_columns("jobs")}
+    if "owner" not in columns:
+        with engine.begin() as db:
+            db.exec_driver_sql("ALTER TABLE jobs ADD COLUMN owner VARCHAR(64)")
+            db.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_jobs_owner ON jobs (owner)")
 
 
 def _private_sqlite(files: list[Path]) -> None:

@@ -95,12 +95,21 @@
     return localStorage.getItem(TOKEN_KEY) || "";
   }
 
+  /** The token as the cookie the server reads on GETs (a live view's EventSource, a link to a
+   * file, the convergence plot cannot send a header); never sent cross-site, never for a write. */
+  function syncTokenCookie() {
+    const secure = location.protocol === "https:" ? "; Secure" : "";
+    document.cookie = token()
+      ? `calibrate_token=${encodeURIComponent(token())}; Path=/; SameSite=Strict${secure}`
+      : "calibrate_token=; Path=/; Max-Age=0; SameSite=Strict";
+  }
+
   /** A request to the API; `body` is sent as JSON, or as it is when it is a FormData (an upload). */
   async function api(path, { method = "GET", body } = {}) {
     const headers = { Accept: "application/json" };
     const form = body instanceof FormData;
     if (body !== undefined && !form) headers["Content-Type"] = "application/json";
-    if (method !== "GET" && token()) headers.Authorization = `Bearer ${token()}`;
+    if (token()) headers.Authorization = `Bearer ${token()}`; // every request about jobs needs it
     let response;
     try {
       response = await fetch(path, { method, headers, body: body === undefined || form ? body : JSON.stringify(body) });
@@ -134,7 +143,8 @@
 
   function showTokenState() {
     const saved = token();
-    $("token-state").textContent = saved ? "Token saved in this browser" : "No token: you can look, not submit";
+    $("token-state").textContent = saved ? "Token saved in this browser" : "No token: paste one to submit and see your jobs";
+    syncTokenCookie();
     $("token-state").className = `token-state ${saved ? "ok" : "warn"}`;
     $("token-clear").hidden = !saved;
   }
