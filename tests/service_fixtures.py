@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -59,13 +60,19 @@ class Server:
     args: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
     log: Path = field(init=False)
+    #: served over HTTPS (--tls-cert): the certificate its clients trust
+    cert: Path | None = None
 
     def __post_init__(self) -> None:
         self.log = self.root / "server.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.cert else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def verify(self) -> Any:
+        return ssl.create_default_context(cafile=str(self.cert)) if self.cert else True
 
     def start(self, timeout: float = 60) -> Server:
         with open(self.log, "ab") as log:
@@ -77,7 +84,7 @@ class Server:
             if self.process.poll() is not None:
                 raise AssertionError(f"calibrate serve exited {self.process.returncode}:\n{self.log.read_text()}")
             try:
-                if httpx.get(f"{self.url}/v1/status", timeout=2).status_code == 200:
+                if httpx.get(f"{self.url}/v1/status", timeout=2, verify=self.verify).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -120,13 +127,13 @@ class Server:
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         """A read as this server's token (reads of a job's log need one)."""
-        return httpx.get(self.url + path, timeout=60, **{"headers": self.headers(), **kwargs})
+        return httpx.get(self.url + path, timeout=60, verify=self.verify, **{"headers": self.headers(), **kwargs})
 
     def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.post(self.url + path, headers=self.headers(), timeout=120, **kwargs)
+        return httpx.post(self.url + path, headers=self.headers(), timeout=120, verify=self.verify, **kwargs)
 
     def delete(self, path: str) -> httpx.Response:
-        return httpx.delete(self.url + path, headers=self.headers(), timeout=180)
+        return httpx.delete(self.url + path, headers=self.headers(), timeout=180, verify=self.verify)
 
     def submit(self, target: str = "nepal", **options: Any) -> dict[str, Any]:
         response = self.post("/v1/calibrations", json={"target": target, "options": {**SMALL, **options}})

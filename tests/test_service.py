@@ -608,6 +608,50 @@ def test_a_store_from_before_owners_is_migrated_its_jobs_read_only(tmp_path):
     assert job.readable_by("anyone", public_reads=False) and not job.owned_by("anyone")
 
 
+def test_tls_serves_https_with_the_given_certificate(tmp_path):
+    """--tls-cert/--tls-key: uvicorn's own TLS; a client that trusts the (self-signed) certificate
+    reads over HTTPS, plain HTTP gets no answer; one flag without the other is refused."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now_ = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now_ - dt.timedelta(minutes=5))
+            .not_valid_after(now_ + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    root = tmp_path / "root"
+    root.mkdir()
+    server = Server(root, make_token(root), free_port(), ("--tls-cert", str(cert_file), "--tls-key", str(key_file)),
+                    cert=cert_file).start()
+    try:
+        assert server.url.startswith("https://")
+        assert server.get("/v1/status").json()["jobs"]["queued"] == 0
+        assert server.get("/v1/calibrations").json() == {"calibrations": []}  # the token, over TLS
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{server.port}/v1/status", timeout=5).raise_for_status()
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust it
+            httpx.get(f"{server.url}/v1/status", timeout=5)
+    finally:
+        server.stop()
+    half = _client("serve", "--root", str(root), "--port", str(free_port()), "--tls-cert", str(cert_file))
+    assert half.returncode == 2 and half.stderr.strip() == (
+        "calibrate: error: --tls-cert and --tls-key go together: give the certificate and its private key")
+
+
 def test_the_service_state_is_private_to_its_user(server):
     assert stat.S_IMODE((server.root / "service.sqlite").stat().st_mode) == 0o600
     for name in ("jobs", "uploads", "cache"):

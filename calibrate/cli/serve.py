@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="largest archive or table a request may upload (default: %(default)s)")
     serve.add_argument("--max-extract-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
                        help="refuse an archive whose members expand past this (default: %(default)s)")
+    serve.add_argument("--tls-cert", type=Path, metavar="PEM",
+                       help="serve HTTPS with this certificate (chain) file; needs --tls-key (uvicorn's TLS)")
+    serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key file")
     serve.add_argument("--public-reads", action="store_true",
                        help="let every valid token read every job's state, events and results (by default a "
                             "token reads only the jobs it submitted); logs, uploads and cancelling stay the "
@@ -59,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # after add_subparsers, which names the verbs' programs from the usage: `token` is optional
     serve.usage = ("calibrate serve [-h] [--root DIR] [--store URL] [--host HOST] [--port PORT] [--address ADDRESS]\n"
                    "                       [--max-running N] [--max-upload-bytes N] [--max-extract-bytes N]\n"
-                   "                       [--public-reads]\n"
+                   "                       [--tls-cert PEM --tls-key PEM] [--public-reads]\n"
                    "       calibrate serve token {create,list,revoke} ...")
     token = verbs.add_parser("token", help="the API tokens writes need",
                              description="Create, list or revoke the server's API tokens (stored hashed).")
@@ -101,9 +104,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise InputError(f"--port must be a port number (1 to 65535), got {args.port}")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InputError("--tls-cert and --tls-key go together: give the certificate and its private key")
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is not None and not path.is_file():
+            raise InputError(f"{flag} {path}: no such file; give a PEM file (e.g. of `openssl req -x509 ...`)")
+    scheme = "https" if args.tls_cert else "http"
     settings = _settings(args, address=args.address, max_running=args.max_running,
                          max_upload_bytes=args.max_upload_bytes, max_extract_bytes=args.max_extract_bytes,
-                         url=f"http://{args.host}:{args.port}", public_reads=args.public_reads)
+                         url=f"{scheme}://{args.host}:{args.port}", public_reads=args.public_reads)
     require_root()
     app = create_app(settings)
     store = app.state.store
@@ -111,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
              else f"{settings.job_slots} emulator slots each")
     reads = "every token reads every job (--public-reads)" if settings.public_reads else \
         "each token reads its own jobs"
-    print(f"calibrate: serving http://{args.host}:{args.port} (API docs at /docs): root {settings.root}, "
+    print(f"calibrate: serving {scheme}://{args.host}:{args.port} (API docs at /docs): root {settings.root}, "
           f"store {store.safe_url}, {settings.running_limit} job(s) at once, {slots}; {reads}", file=sys.stderr)
     if not store.tokens():
         print("calibrate: note: no API token yet, so nobody can submit: create one with `calibrate serve "
@@ -121,10 +130,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError:
         loopback = args.host == "localhost"
     if not loopback:
-        print(f"calibrate: note: listening on {args.host}, reachable from other machines; tokens travel "
-              f"in clear text over plain HTTP, so put a TLS proxy in front", file=sys.stderr)
+        exposed = (f"calibrate: note: listening on {args.host}, reachable from other machines: the API (every "
+                   f"job request needs a token), the web page at / and the API docs at /docs")
+        if args.tls_cert:
+            print(f"{exposed}, over HTTPS ({args.tls_cert})", file=sys.stderr)
+        else:
+            print(f"{exposed}, over plain HTTP: tokens and results travel in clear text; serve HTTPS with "
+                  f"--tls-cert CERT.pem --tls-key KEY.pem, or put a TLS reverse proxy in front", file=sys.stderr)
+    tls = {"ssl_certfile": str(args.tls_cert), "ssl_keyfile": str(args.tls_key)} if args.tls_cert else {}
     # an open event stream would hold a graceful shutdown forever: give connections 5 s
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5, **tls)
     return 0
 
 
