@@ -137,9 +137,9 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             print(f"{exposed}, over plain HTTP: tokens and results travel in clear text; serve HTTPS with "
                   f"--tls-cert CERT.pem --tls-key KEY.pem, or put a TLS reverse proxy in front", file=sys.stderr)
-    tls = {"ssl_certfile": str(args.tls_cert), "ssl_keyfile": str(args.tls_key)} if args.tls_cert else {}
     # an open event stream would hold a graceful shutdown forever: give connections 5 s
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5, **tls)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5,
+                ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     return 0
 
 
