@@ -652,6 +652,18 @@ def test_tls_serves_https_with_the_given_certificate(tmp_path):
         "calibrate: error: --tls-cert and --tls-key go together: give the certificate and its private key")
 
 
+def test_the_api_docs_load_nothing_from_elsewhere(server):
+    """/docs: Swagger UI from the installed package, under a Content-Security-Policy that allows
+    this origin alone (the page's origin keeps the web page's token)."""
+    page = httpx.get(f"{server.url}/docs", timeout=60)
+    assert page.status_code == 200 and "swagger-ui" in page.text
+    assert "https://" not in page.text and "http://" not in page.text, page.text
+    policy = page.headers["content-security-policy"]
+    assert policy.startswith("default-src 'self'; script-src 'self' 'sha256-") and "frame-ancestors 'none'" in policy
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"):
+        assert httpx.get(f"{server.url}/docs-assets/{asset}", timeout=60).status_code == 200, asset
+
+
 def test_the_service_state_is_private_to_its_user(server):
     assert stat.S_IMODE((server.root / "service.sqlite").stat().st_mode) == 0o600
     for name in ("jobs", "uploads", "cache"):

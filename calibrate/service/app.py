@@ -22,7 +22,10 @@ pages at /docs.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -31,12 +34,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+from swagger_ui_bundle import swagger_ui_path
 
 from calibrate import installed_version
 from calibrate.errors import CalibrateError, EnvironmentProblem
@@ -70,6 +75,8 @@ from calibrate.service.store import (
 )
 
 WEB_DIR = Path(__file__).parent / "web"
+#: where /docs loads Swagger UI from: the files of the installed swagger-ui-bundle
+DOCS_ASSETS = "/docs-assets"
 #: what a multipart body may carry beside the upload (the `request` field, the part headers)
 FORM_OVERHEAD = 64 * 1024
 #: how often an event stream looks at the journal, and how long it stays silent at most
@@ -287,7 +294,7 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         finally:
             await run_in_threadpool(scheduler.stop)
 
-    app = FastAPI(title="calibrate", version=installed_version() or "unknown", lifespan=lifespan,
+    app = FastAPI(title="calibrate", version=installed_version() or "unknown", lifespan=lifespan, docs_url=None,
                   description="Calibrate a network emulator to a real Internet path measured with "
                               "Pantheon: submit a target, watch the calibration, get the emulator.")
     app.state.settings, app.state.store, app.state.scheduler = settings, store, scheduler
@@ -615,6 +622,23 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
         return FileResponse(page, media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=WEB_DIR, check_dir=False), name="static")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Response:
+        """Swagger UI from the installed swagger-ui-bundle, never a CDN (this origin keeps the web
+        page's token), and a Content-Security-Policy that lets the page load nothing else."""
+        page = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
+        body = bytes(page.body)
+        inline = [base64.b64encode(hashlib.sha256(m.encode()).digest()).decode()
+                  for m in re.findall(r"<script>(.*?)</script>", body.decode(), flags=re.S)]
+        scripts = " ".join(f"'sha256-{h}'" for h in inline)
+        policy = (f"default-src 'self'; script-src 'self' {scripts}; style-src 'self' 'unsafe-inline'; "
+                  f"img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'")
+        return Response(body, media_type="text/html", headers={"Content-Security-Policy": policy})
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
