@@ -79,6 +79,9 @@ WEB_DIR = Path(__file__).parent / "web"
 DOCS_ASSETS = "/docs-assets"
 #: what a multipart body may carry beside the upload (the `request` field, the part headers)
 FORM_OVERHEAD = 64 * 1024
+# How much of a refused body is still read (and dropped) so that its client can read the 413.
+DRAIN_BYTES = 64 * 1024**2
+DRAIN_S = 5.0
 #: how often an event stream looks at the journal, and how long it stays silent at most
 EVENT_POLL_S = 0.5
 KEEPALIVE_S = 15.0
@@ -144,7 +147,13 @@ class _TooLarge(Exception):
 
 class BodyLimit:
     """Refuses request bodies past `limit` bytes with 413, by their Content-Length before they
-    are read, and by counting while they are (a chunked body)."""
+    are read, and by counting while they are (a chunked body).
+
+    A server that answers before the body is in and closes makes the client's kernel see a
+    reset, and a client that reads only after sending (httpx, requests) never sees the 413's
+    message. So the rest of a refused body is read and dropped first, up to DRAIN_BYTES past
+    the limit within DRAIN_S; a body larger than that gets the 413 at once (curl, which reads
+    while it sends, still shows it)."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -162,12 +171,30 @@ class BodyLimit:
                                 (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
+    async def _drain(self, receive: Any, already: int) -> None:
+        """Reads and drops the rest of the body, within DRAIN_BYTES and DRAIN_S."""
+        async def rest() -> None:
+            dropped = already
+            while dropped <= self.limit + DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                dropped += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
+        try:
+            await asyncio.wait_for(rest(), DRAIN_S)
+        except TimeoutError:
+            pass
+
     async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
+            if int(length) <= self.limit + DRAIN_BYTES:
+                await self._drain(receive, 0)
             await self._send_413(send)
             return
         received = 0
@@ -191,6 +218,7 @@ class BodyLimit:
             await self.app(scope, counted, watched)
         except _TooLarge:
             if not started:
+                await self._drain(receive, received)
                 await self._send_413(send)
 
 
