@@ -183,7 +183,7 @@ def _zip(name: str, data: bytes, mode: int) -> bytes:
 def hostile_uploads() -> dict[str, tuple[str, bytes]]:
     """Uploads the server refuses (422): (file name, bytes), each under 100 KB on the wire."""
     zeros = b"\0" * (4 * 1024**2)
-    meta = ("exp/pantheon_metadata.json", b'{"cc_schemes": ["cubic"]}', {})
+    meta: tuple[str, bytes, dict[str, Any]] = ("exp/pantheon_metadata.json", b'{"cc_schemes": ["cubic"]}', {})
     uploads = {
         "table declaring 1e30 flows": ("t.csv", f"# flows: 1e30\n{_ROW}".encode()),
         "table declaring nan flows": ("t.csv", f"# flows: nan\n{_ROW}".encode()),

@@ -146,6 +146,20 @@ pub fn forbid_fragmentation(sock: &UdpSocket, peer: &SocketAddr) -> io::Result<(
     }
 }
 
+/// Lets the kernel fragment datagrams larger than the path's MTU (Linux's default,
+/// `IP_PMTUDISC_WANT`): what a UDP program that never set the option got on its host.
+pub fn allow_fragmentation(sock: &UdpSocket, peer: &SocketAddr) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    match peer {
+        SocketAddr::V4(_) => {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_WANT)
+        }
+        SocketAddr::V6(_) => {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_WANT)
+        }
+    }
+}
+
 /// Readiness reported by [`wait`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ready {

@@ -42,10 +42,10 @@
 //! emulator the upstream build and this port both deliver 5–6 Mbit/s (Pantheon 2017:
 //! 4.95). The tests below show both sides.
 //!
-//! Port decisions: upstream sends 1500-byte UDP payloads (1528-byte IP datagrams,
-//! fragmented to 1500 + 48 bytes on a 1500-byte MTU); this port sends the transport's
-//! unfragmented payload (`mss`, 1472 B over IPv4), so the window counts 1500-byte IP
-//! packets, 3 % fewer bytes per window than upstream. The transport's loss rule is
+//! Port decisions: upstream sends 1500-byte UDP payloads (`packet_size`, ctcp.hh), 1528-byte
+//! IP datagrams that a 1500-byte MTU fragments into 1500 + 48 bytes; so does the port
+//! ([`DATAGRAM_BYTES`]): at 2 Mbit/s the 48-byte tail waits for the link's next delivery
+//! opportunity, 6 ms later, and that delays every datagram's ACK. The transport's loss rule is
 //! `Reorder(1)` (a packet below the highest acknowledged one is gone, as upstream stops
 //! counting it), and where upstream would wait forever for a window whose every packet
 //! was lost, the port gives them up after [`STALL_TIMEOUT`].
@@ -54,6 +54,8 @@ use std::time::Duration;
 
 use super::{AckEvent, Controller, LossEvent, LossRule};
 
+/// genericCC's `packet_size`: the UDP payload of every datagram, fragmented in IP.
+pub const DATAGRAM_BYTES: u64 = 1500;
 /// `num_probe_pkts`: the first window; the law runs from ACK number `num_probe_pkts`.
 const PROBE_PACKETS: u64 = 2;
 /// Lower bound on the window outside slow start.
@@ -69,7 +71,7 @@ const UNPACED: f64 = 1e12;
 
 #[derive(Clone, Debug)]
 pub struct Copa2017 {
-    /// UDP payload of one packet: the window's unit in bytes.
+    /// UDP payload of one datagram: the window's unit in bytes.
     mss: u64,
     /// `_the_window`, packets.
     window: f64,
@@ -92,9 +94,10 @@ fn ms(t: Duration) -> f64 {
 }
 
 impl Copa2017 {
-    pub fn new(mss: u64) -> Self {
+    /// `_mss` is the transport's packet: upstream's datagram has its own size.
+    pub fn new(_mss: u64) -> Self {
         Self {
-            mss,
+            mss: DATAGRAM_BYTES,
             window: PROBE_PACKETS as f64,
             slow_start: true,
             rtt_ms: 0.0,
@@ -205,6 +208,10 @@ impl Controller for Copa2017 {
         UNPACED
     }
 
+    fn payload_bytes(&self) -> Option<u64> {
+        Some(DATAGRAM_BYTES)
+    }
+
     fn timer_deadline(&self) -> Option<Duration> {
         self.pacer_closed_until
     }
@@ -264,15 +271,15 @@ mod tests {
     #[test]
     fn first_window_is_two_packets_then_one_more_past_the_highest_ack() {
         let mut c = Copa2017::new(PAYLOAD);
-        assert_eq!(c.cwnd(), 2 * PAYLOAD);
+        assert_eq!(c.cwnd(), 2 * DATAGRAM_BYTES);
         // The first ACK only measures; the window is unchanged but counts from the ACK.
         c.on_ack(&ack_at(60.0, 56.0));
         assert_eq!(c.window(), 2.0);
-        assert_eq!(c.cwnd(), 3 * PAYLOAD);
+        assert_eq!(c.cwnd(), 3 * DATAGRAM_BYTES);
         // The second runs slow start: +1.
         c.on_ack(&ack_at(61.0, 56.0));
         assert_eq!(c.window(), 3.0);
-        assert_eq!(c.cwnd(), 4 * PAYLOAD);
+        assert_eq!(c.cwnd(), 4 * DATAGRAM_BYTES);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::wire::{Ack, Packet, IP_PACKET_BYTES};
+use super::wire::{Ack, Packet, MAX_DATAGRAM_BYTES};
 use crate::net;
 use crate::stats::Stats;
 
@@ -68,7 +68,7 @@ pub fn run_receiver(port: u16, stats: Arc<Stats>) -> Result<(), String> {
     let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
     let start = Instant::now();
     let mut flows: HashMap<SocketAddr, ReceiverFlow> = HashMap::new();
-    let mut buf = vec![0u8; IP_PACKET_BYTES + 64];
+    let mut buf = vec![0u8; MAX_DATAGRAM_BYTES + 64];
     let mut out = [0u8; 64];
     loop {
         let (n, from) = match sock.recv_from(&mut buf) {

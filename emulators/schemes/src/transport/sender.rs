@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::SenderCore;
-use super::wire::{data_payload_bytes, Packet, DATA_HEADER_BYTES, HELLO_BYTES};
+use super::wire::{data_payload_bytes, Packet, DATA_HEADER_BYTES, HELLO_BYTES, MAX_DATAGRAM_BYTES};
 use crate::cc::Controller;
 use crate::net;
 use crate::stats::Stats;
@@ -82,7 +82,6 @@ pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, 
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
-    net::forbid_fragmentation(&sock, &peer).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let fd = sock.as_raw_fd();
     let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
     let _ = net::set_buffer(fd, net::Buffer::Receive, 8 << 20);
@@ -91,10 +90,18 @@ pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, 
     let flow = new_flow_id();
     let handshake_rtt = handshake(&sock, flow, start, connect_timeout, &peer)?;
 
-    // The controller's own packet size where its upstream program had one, never above what
-    // fits a 1500-byte IP packet nor below the DATA header.
+    // The controller's own datagram size where its upstream program had one (never below the
+    // DATA header); by default what fills one 1500-byte IP packet. A datagram larger than that
+    // leaves in IP fragments, as the upstream's did on Pantheon's 1500-byte hosts (genericCC:
+    // 1500 + 48 bytes); every other one may not be fragmented, so that a path that cannot carry
+    // 1500-byte packets is reported rather than silently split.
     let fill = data_payload_bytes(&peer);
-    let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, fill));
+    let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
+    if payload <= fill {
+        net::forbid_fragmentation(&sock, &peer).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
+    } else {
+        net::allow_fragmentation(&sock, &peer).map_err(|e| format!("cannot allow fragmentation: {e}"))?;
+    }
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();

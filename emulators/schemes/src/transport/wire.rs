@@ -18,6 +18,8 @@ use std::net::SocketAddr;
 
 pub const MAGIC: u8 = 0xCA;
 pub const IP_PACKET_BYTES: usize = 1500;
+/// The largest DATA datagram a controller may ask for (its UDP payload; fragmented in IP).
+pub const MAX_DATAGRAM_BYTES: usize = 9000;
 const UDP_HEADER_BYTES: usize = 8;
 const COMMON_HEADER: usize = 1 + 1 + 8;
 pub const DATA_HEADER_BYTES: usize = COMMON_HEADER + 16;
