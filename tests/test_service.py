@@ -21,6 +21,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import uuid
 import warnings
 import zipfile
 from collections.abc import AsyncIterator, Iterator
@@ -770,18 +771,21 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
     assert json.loads((out / "emulator.json").read_text())["winner"] == "constant"
     # tokens: made, listed (never shown again), revoked
     root = ["--root", str(server.root)]
-    bob = _client("serve", "token", "create", "--name", "bob", *root).stdout.strip()
+    # a name of its own per try (a rerun finds the first try's token) beside the module's others
+    name = f"bob-{uuid.uuid4().hex[:6]}"
+    names_before = [t["name"] for t in json.loads(_client("serve", "token", "list", "--json", *root).stdout)]
+    bob = _client("serve", "token", "create", "--name", name, *root).stdout.strip()
     bad_budget = {"target": "nepal", "options": {"budget": 0}}
     as_bob = {"Authorization": f"Bearer {bob}"}
     assert httpx.post(f"{server.url}/v1/calibrations", json=bad_budget, headers=as_bob).status_code == 422
     tokens = _client("serve", "token", "list", "--json", *root)
-    assert [t["name"] for t in json.loads(tokens.stdout)] == ["tests", "bob"] and bob not in tokens.stdout
+    assert [t["name"] for t in json.loads(tokens.stdout)] == [*names_before, name] and bob not in tokens.stdout
     assert all(bob.encode() not in f.read_bytes() for f in server.root.glob("service.sqlite*"))
-    assert _client("serve", "token", "revoke", "bob", *root).returncode == 0
+    assert _client("serve", "token", "revoke", name, *root).returncode == 0
     assert httpx.post(f"{server.url}/v1/calibrations", json=bad_budget, headers=as_bob).status_code == 403
     # one line for each refusal
     for args, code, words in [
-        (("serve", "token", "revoke", "bob", *root), 2, "no token named 'bob'"),
+        (("serve", "token", "revoke", name, *root), 2, f"no token named '{name}'"),
         (("serve", "--root", str(server.root), "--port", str(free_port())), 3,
          f"another calibrate serve (pid {server.process.pid}, root {server.root}, http://127.0.0.1:{server.port}) "
          f"runs the jobs of {server.root}"),
