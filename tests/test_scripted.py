@@ -181,6 +181,21 @@ def test_ledbat_does_not_fill_a_deep_queue(ledbat_deep_queue):
     assert outcome.stats.total.loss < 0.01  # nothing dropped; only what was in flight at the stop
 
 
+def test_copa_2017_sends_genericccs_datagrams_in_two_fragments(tmp_path):
+    """genericCC sent 1500-byte UDP payloads, which a 1500-byte MTU splits into IP packets of
+    1500 and 48 bytes (the Mahimahi-format log adds 4 to each); every other scheme's datagram fits
+    one packet. The 48-byte tail waits for the link's next delivery opportunity, which is what
+    made the upstream's delays longer at 2 Mbit/s before the port sent the same datagrams."""
+    outcome = run_scheme(EmulatorConfig.parse(PATH_12), load_registry().resolve("copa-2017"), 1,
+                         Workload(1, 0.0, 4.0), tmp_path)
+    assert outcome.valid, outcome.validity
+    lines = [line.split() for line in outcome.paths.mm_datalink.read_text().splitlines() if not line.startswith("#")]
+    sizes = [int(w[2]) for w in lines if len(w) >= 3 and w[1] == "-"]
+    assert len(sizes) > 100
+    assert {size for size in sizes if size > 50} == {1504, 52}, sorted(set(sizes))  # 50: the handshake
+    assert abs(sizes.count(1504) - sizes.count(52)) <= 2  # one tail per datagram
+
+
 def test_three_staggered_flows_are_active_for_30_20_and_10_s(tmp_path):
     """-t 30 -f 3 --interval 10: flows start at 0/10/20 s after setup and all stop together."""
     registry = load_registry()

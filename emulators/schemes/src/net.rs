@@ -132,29 +132,23 @@ pub fn set_buffer(fd: i32, which: Buffer, bytes: usize) -> io::Result<usize> {
     getsockopt_int(fd, libc::SOL_SOCKET, plain).map(|v| v as usize)
 }
 
-/// Forbids fragmentation, so a DATA packet either leaves as one 1500-byte IP packet or the
-/// send fails with EMSGSIZE (which the sender reports) instead of silently splitting.
-pub fn forbid_fragmentation(sock: &UdpSocket, peer: &SocketAddr) -> io::Result<()> {
+/// Whether the kernel may fragment a datagram larger than the path's MTU. Forbidden, a DATA
+/// packet either leaves as one 1500-byte IP packet or the send fails with EMSGSIZE (which the
+/// sender reports) instead of silently splitting; allowed is Linux's default
+/// (`IP_PMTUDISC_WANT`), what a UDP program that never set the option got on its host.
+pub fn set_fragmentation(sock: &UdpSocket, peer: &SocketAddr, allowed: bool) -> io::Result<()> {
     let fd = sock.as_raw_fd();
-    match peer {
-        SocketAddr::V4(_) => {
+    match (peer, allowed) {
+        (SocketAddr::V4(_), false) => {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
         }
-        SocketAddr::V6(_) => {
-            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
-        }
-    }
-}
-
-/// Lets the kernel fragment datagrams larger than the path's MTU (Linux's default,
-/// `IP_PMTUDISC_WANT`): what a UDP program that never set the option got on its host.
-pub fn allow_fragmentation(sock: &UdpSocket, peer: &SocketAddr) -> io::Result<()> {
-    let fd = sock.as_raw_fd();
-    match peer {
-        SocketAddr::V4(_) => {
+        (SocketAddr::V4(_), true) => {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_WANT)
         }
-        SocketAddr::V6(_) => {
+        (SocketAddr::V6(_), false) => {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+        }
+        (SocketAddr::V6(_), true) => {
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_WANT)
         }
     }

@@ -97,11 +97,7 @@ pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, 
     // 1500-byte packets is reported rather than silently split.
     let fill = data_payload_bytes(&peer);
     let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
-    if payload <= fill {
-        net::forbid_fragmentation(&sock, &peer).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
-    } else {
-        net::allow_fragmentation(&sock, &peer).map_err(|e| format!("cannot allow fragmentation: {e}"))?;
-    }
+    net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
