@@ -381,8 +381,9 @@ def _bad_requests(url: str, token: str, job_id: str, other: str = "", cancelled:
     post = "POST /v1/calibrations"
     big = io.BytesIO(b"x" * (UPLOAD_LIMIT + 1))
 
-    def upload(what: str) -> dict:
-        return {"files": {"archive": HOSTILE_UPLOADS[what]}, "headers": auth}
+    def refused_upload(what: str, words: str) -> tuple[str, str, dict, int, str]:
+        """The row of HOSTILE_UPLOADS[what], which the readers refuse (422) with `words`."""
+        return what, post, {"files": {"archive": HOSTILE_UPLOADS[what]}, "headers": auth}, 422, words
 
     return [
         ("malformed JSON", post, {"content": b'{"target": "nepal",', "headers": auth}, 400, "not valid JSON"),
@@ -469,25 +470,21 @@ def _bad_requests(url: str, token: str, job_id: str, other: str = "", cancelled:
          422, "options.budget: Input should be a valid integer (got true)"),
         ("a Last-Event-ID of 5000 digits", "GET /v1/calibrations/0123456789abcdef/events",
          {"headers": {**auth, "Last-Event-ID": "9" * 5000}}, 400, "the Last-Event-ID header (5000 characters)"),
-        ("table declaring 1e30 flows", post, upload("table declaring 1e30 flows"), 422,
-         "the upload 't.csv': flows '1e30' is not a whole number from 1 to 64 (flows per run, Pantheon's -f)"),
-        ("table declaring nan flows", post, upload("table declaring nan flows"), 422, "flows 'nan' is not"),
-        ("table with a std_ddof that is no number", post, upload("table with a std_ddof that is no number"), 422,
-         "std_ddof 'sample' is not a whole number from 0 to 1"),
-        ("table with a negative runtime", post, upload("table with a negative runtime"), 422,
-         "runtime_s '-30' is not a number above 0"),
-        ("JSON table with loss: 5", post, upload("JSON table with loss: 5"), 422,
-         '"loss" holds fractions (0.004), "loss_pct" percent (0.4)'),
-        ("target JSON of a bad version", post, upload("target JSON of a bad version"), 422, "version 'x' is not 1"),
-        ("archive 1000 directories deep", post, upload("archive 1000 directories deep"), 422,
-         "is more than 16 directories deep"),
-        ("archive with a newline in a member name", post, upload("archive with a newline in a member name"), 422,
-         "member 'exp\\nx/pantheon_perf.json' has a control character in its name"),
-        ("archive expanding past the limit", post, upload("archive expanding past the limit"), 422,
-         f"past the size limit of {EXTRACT_LIMIT} bytes"),
-        ("archive refused after its extraction", post, upload("archive refused after its extraction"), 422,
-         "junk.tar.gz/exp: no valid run of any scheme: cubic run 1: junk.tar.gz/exp/cubic_datalink_run1.log:1: "
-         "malformed datalink log line"),
+        refused_upload("table declaring 1e30 flows",
+            "the upload 't.csv': flows '1e30' is not a whole number from 1 to 64 (flows per run, Pantheon's -f)"),
+        refused_upload("table declaring nan flows", "flows 'nan' is not"),
+        refused_upload("table with a std_ddof that is no number",
+            "std_ddof 'sample' is not a whole number from 0 to 1"),
+        refused_upload("table with a negative runtime", "runtime_s '-30' is not a number above 0"),
+        refused_upload("JSON table with loss: 5", '"loss" holds fractions (0.004), "loss_pct" percent (0.4)'),
+        refused_upload("target JSON of a bad version", "version 'x' is not 1"),
+        refused_upload("archive 1000 directories deep", "is more than 16 directories deep"),
+        refused_upload("archive with a newline in a member name",
+            "member 'exp\\nx/pantheon_perf.json' has a control character in its name"),
+        refused_upload("archive expanding past the limit", f"past the size limit of {EXTRACT_LIMIT} bytes"),
+        refused_upload("archive refused after its extraction",
+            "junk.tar.gz/exp: no valid run of any scheme: cubic run 1: junk.tar.gz/exp/cubic_datalink_run1.log:1: "
+            "malformed datalink log line"),
         ("job log without a token", f"GET /v1/calibrations/{job_id}/log", {}, 401, "needs an API token"),
         ("job list without a token", "GET /v1/calibrations", {}, 401, "needs an API token"),
         # owners: another token's job is absent to it (404: a 403 would tell that someone submitted
