@@ -117,13 +117,13 @@ def _key(directory: Path) -> tuple[str, int]:
     return os.path.realpath(directory), threading.get_ident()
 
 
-def _open_locked(path: Path) -> int | None:
-    """A descriptor of `path` holding its exclusive lock, or None when another holds it.  The
-    lock must be on the file the path names now (a lock file removed and made again while we
-    waited is not ours)."""
+def open_locked(path: Path, mode: int = 0o644) -> int | None:
+    """A descriptor of `path` (created with `mode` if need be) holding its exclusive `flock`, or
+    None when another holds it after `RETRY_S`.  The lock must be on the file the path names now
+    (a lock file removed and made again while we waited is not ours)."""
     deadline = time.monotonic() + RETRY_S
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -180,7 +180,7 @@ def hold(directory: Path | str, *, make: bool = False) -> Iterator[None]:
         raise InputError(f"{directory} is not a run directory (no such directory)")
     path = directory / LOCK_FILE
     try:
-        fd = _open_locked(path)
+        fd = open_locked(path)
     except OSError as error:
         raise InputError(f"cannot lock {path} ({error.strerror or error}); a run directory must "
                          f"be writable to be written") from None
@@ -198,7 +198,7 @@ def hold(directory: Path | str, *, make: bool = False) -> Iterator[None]:
         del _HELD[key]
         try:
             if made and [p.name for p in directory.iterdir()] == [LOCK_FILE]:
-                path.unlink()  # before the unlock: a waiter then finds the file gone (_open_locked)
+                path.unlink()  # before the unlock: a waiter then finds the file gone (open_locked)
                 directory.rmdir()
             else:
                 os.ftruncate(fd, 0)  # nobody holds it: the file names no one

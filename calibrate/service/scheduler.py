@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import fcntl
 import os
 import signal
 import subprocess
@@ -211,12 +210,12 @@ class Scheduler:
         holder = f"pid {os.getpid()}, root {self.settings.root}" + (
             f", {self.settings.url}" if self.settings.url else "")
         path = self.settings.root / SCHEDULER_LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            other = os.pread(fd, 1000, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
+        fd = lock.open_locked(path, 0o600)
+        if fd is None:
+            try:
+                other = path.read_text(errors="replace").strip()[:1000] or "another process"
+            except OSError:
+                other = "another process"
             raise EnvironmentProblem(f"another calibrate serve ({other}) runs the jobs of {self.settings.root}; "
                                      f"stop it, or give this one another --root") from None
         try:

@@ -18,7 +18,6 @@ scheduler and a cancel racing each other cannot both win.
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import hashlib
 import hmac
 import os
@@ -48,6 +47,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError
 
 from calibrate.errors import EnvironmentProblem, InputError
+from calibrate.runs.lock import open_locked
 from calibrate.service.settings import make_private
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
@@ -234,13 +234,9 @@ class Store:
         if self.url.startswith("sqlite") and not files:
             return
         if files:
-            path = files[0].with_name(files[0].name + SERVER_LOCK_SUFFIX)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise self._busy() from None
+            fd = open_locked(files[0].with_name(files[0].name + SERVER_LOCK_SUFFIX), 0o600)
+            if fd is None:
+                raise self._busy()
             self._claim = fd
         else:
             connection = self.engine.connect()
