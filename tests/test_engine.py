@@ -284,6 +284,21 @@ def wait_for(predicate, timeout=10.0):
     return False
 
 
+def test_a_program_that_keeps_the_default_sigterm_ends_at_the_deadline(tmp_path):
+    """Upstream programs (Pantheon's wrappers, iperf) rely on SIGTERM's default action: they
+    must start with no signal blocked and end when the run does, not at the SIGKILL after the
+    grace period (meanwhile they would keep sending into a stopped link)."""
+    masks = tmp_path / "masks"
+    endpoints = [Endpoint(side, f"grep SigBlk /proc/self/status >> {masks}; exec sleep 1000")
+                 for side in ("receiver", "sender")]
+    result = engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=4, grace_s=10,
+                        logs=Logs(datalink=tmp_path / "d.log"))
+    assert masks.read_text().split() == ["SigBlk:", "0" * 16] * 2
+    for e in result.summary["endpoints"]:
+        assert e["exit_code"] == 128 + signal.SIGTERM, e
+        assert e["ended_at_s"] < 4 + 1, e
+
+
 def test_fifty_start_kill_cycles_leave_nothing_behind(tmp_path):
     before = host_state()
     ways = ["SIGTERM", "SIGINT", "endpoint SIGKILL", "engine SIGKILL", "deadline"]

@@ -146,6 +146,20 @@ pub fn run_init(args: &[String]) -> i32 {
         // Its own process group, so a signal reaches everything the command started.
         command.process_group(0);
     }
+    // The init reads its signals from a signalfd, so it blocks them; a program must start with
+    // none blocked, or the SIGTERM that stops it stays pending and only the SIGKILL after the
+    // grace period ends it (a Pantheon wrapper or iperf would then keep sending into a stopped
+    // link). Command does not reset the mask it inherits.
+    unsafe {
+        command.pre_exec(|| {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let child = match command.spawn() {
         Ok(child) => child.id() as libc::pid_t,
         Err(e) => {
