@@ -9,9 +9,9 @@
 use crate::endpoint::{EndpointSpec, SideName};
 use crate::error::{Error, Result};
 use crate::ferry::Timing;
-use crate::mahimahi::User;
 use crate::queue::QueueSpec;
 use crate::trace::Trace;
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -54,6 +54,33 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
 Endpoints see EMU_SIDE, EMU_ADDR (their own address), EMU_PEER (the other side's address) and,
 on the sender side, MAHIMAHI_BASE (the receiver's address).
 ";
+
+/// The unprivileged account the shells run as.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+}
+
+impl User {
+    pub fn lookup(name: &str) -> Result<User> {
+        let c = CString::new(name).map_err(|_| Error::input("--mahimahi-user contains a NUL byte"))?;
+        let entry = unsafe { libc::getpwnam(c.as_ptr()) };
+        if entry.is_null() {
+            return Err(Error::input(format!(
+                "--mahimahi-user {name}: no such user; name an unprivileged account (e.g. create one with `useradd -m mahimahi`)"
+            )));
+        }
+        let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
+        if uid == 0 {
+            return Err(Error::input(format!(
+                "--mahimahi-user {name} is root, and Mahimahi's shells refuse to run as root: name an unprivileged account"
+            )));
+        }
+        Ok(User { name: name.to_string(), uid, gid })
+    }
+}
 
 /// What carries the packets.
 #[derive(Debug, Clone)]
@@ -414,5 +441,11 @@ pub(crate) mod tests {
         assert!(matches!(c.backend, Backend::Engine));
         let Parsed::Run(c) = parse(&args(&[&t, &t, "--timing=ideal"])).unwrap() else { panic!() };
         assert_eq!(c.timing, Timing::Ideal);
+    }
+
+    #[test]
+    fn a_root_user_is_refused_with_the_fix() {
+        assert!(User::lookup("root").unwrap_err().message.contains("refuse to run as root"));
+        assert!(User::lookup("no-such-user-here").unwrap_err().message.contains("no such user"));
     }
 }

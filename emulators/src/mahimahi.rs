@@ -13,7 +13,7 @@
 //! Mahimahi-format logs. Everything is gone when the run ends: the shells are killed with
 //! their PID namespace, and their namespaces, devices and NAT rules with them.
 
-use crate::config::Config;
+use crate::config::{Config, User};
 use crate::error::{Error, Result};
 use crate::flows::Flows;
 use crate::logs::DirectionLogs;
@@ -34,33 +34,6 @@ use std::time::{Duration, Instant};
 const PLACEHOLDER: &str = "2147483.25";
 /// How long the shells may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The unprivileged account the shells run as.
-#[derive(Debug, Clone)]
-pub struct User {
-    pub name: String,
-    pub uid: libc::uid_t,
-    pub gid: libc::gid_t,
-}
-
-impl User {
-    pub fn lookup(name: &str) -> Result<User> {
-        let c = CString::new(name).map_err(|_| Error::input("--mahimahi-user contains a NUL byte"))?;
-        let entry = unsafe { libc::getpwnam(c.as_ptr()) };
-        if entry.is_null() {
-            return Err(Error::input(format!(
-                "--mahimahi-user {name}: no such user; name an unprivileged account (e.g. create one with `useradd -m mahimahi`)"
-            )));
-        }
-        let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
-        if uid == 0 {
-            return Err(Error::input(format!(
-                "--mahimahi-user {name} is root, and Mahimahi's shells refuse to run as root: name an unprivileged account"
-            )));
-        }
-        Ok(User { name: name.to_string(), uid, gid })
-    }
-}
 
 /// The Mahimahi command line for `config`, with `traces` as (uplink, downlink) trace paths and
 /// the link logs written to `logs`; each shell only where the path needs it, as the export
@@ -483,12 +456,6 @@ mod tests {
         assert_eq!(scheduling_prefix(10), "chrt --fifo --pid 11 $$ 2>/dev/null; ");
         assert_eq!(scheduling_prefix(99), "chrt --fifo --pid 99 $$ 2>/dev/null; ");
         assert_eq!(scheduling_prefix(0), "");
-    }
-
-    #[test]
-    fn a_root_user_is_refused_with_the_fix() {
-        assert!(User::lookup("root").unwrap_err().message.contains("refuse to run as root"));
-        assert!(User::lookup("no-such-user-here").unwrap_err().message.contains("no such user"));
     }
 
     #[test]
