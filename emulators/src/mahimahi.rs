@@ -90,7 +90,8 @@ fn find_program(name: &str) -> Result<PathBuf> {
             "--backend mahimahi needs Mahimahi's {name} on PATH; build Mahimahi (./autogen.sh && ./configure && make && sudo make install) or use --backend engine"
         ))
     })?;
-    let meta = std::fs::metadata(&found).map_err(|e| Error::environment(format!("cannot inspect {}: {e}", found.display())))?;
+    let meta = std::fs::metadata(&found)
+        .map_err(|e| Error::environment(format!("cannot inspect {}: {e}", found.display())))?;
     if meta.uid() != 0 || meta.mode() & 0o4000 == 0 {
         return Err(Error::environment(format!(
             "{} is not setuid root, so it cannot create its namespaces: install Mahimahi with `make install` (it sets the bit) or `chown root {0} && chmod u+s {0}`",
@@ -109,18 +110,27 @@ fn shell_quote(word: &str) -> String {
 }
 
 fn make_workdir(user: &User) -> Result<PathBuf> {
-    let template = CString::new(std::env::temp_dir().join("calibrate-mahimahi-XXXXXX").display().to_string()).expect("path");
+    let template =
+        CString::new(std::env::temp_dir().join("calibrate-mahimahi-XXXXXX").display().to_string()).expect("path");
     let mut raw = template.into_bytes_with_nul();
     let made = unsafe { libc::mkdtemp(raw.as_mut_ptr() as *mut libc::c_char) };
     if made.is_null() {
-        return Err(Error::environment(format!("cannot create a working directory: {}", std::io::Error::last_os_error())));
+        return Err(Error::environment(format!(
+            "cannot create a working directory: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     raw.pop();
     let dir = PathBuf::from(String::from_utf8(raw).expect("utf-8 path"));
     let c = CString::new(dir.display().to_string()).expect("path");
     if unsafe { libc::chown(c.as_ptr(), user.uid, user.gid) } != 0 {
         let _ = std::fs::remove_dir_all(&dir);
-        return Err(Error::environment(format!("cannot hand {} to {}: {}", dir.display(), user.name, std::io::Error::last_os_error())));
+        return Err(Error::environment(format!(
+            "cannot hand {} to {}: {}",
+            dir.display(),
+            user.name,
+            std::io::Error::last_os_error()
+        )));
     }
     Ok(dir)
 }
@@ -186,7 +196,11 @@ fn last_line(path: &Path) -> String {
 
 impl Shells {
     /// Start the shells for `config` as `user` and wait until the path is up.
-    pub fn start(config: &Config, user: &User, spawn: impl Fn(&[String], RawFd) -> Result<libc::pid_t>) -> Result<Shells> {
+    pub fn start(
+        config: &Config,
+        user: &User,
+        spawn: impl Fn(&[String], RawFd) -> Result<libc::pid_t>,
+    ) -> Result<Shells> {
         for program in ["mm-delay", "mm-loss", "mm-link"] {
             let needed = match program {
                 "mm-delay" => config.delay_ms > 0,
@@ -212,7 +226,9 @@ impl Shells {
             let copy = workdir.join(name);
             std::fs::copy(&link.trace_path, &copy)
                 .and_then(|_| std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)))
-                .map_err(|e| cleanup(Error::environment(format!("cannot copy the trace {}: {e}", link.trace_path.display()))))?;
+                .map_err(|e| {
+                    cleanup(Error::environment(format!("cannot copy the trace {}: {e}", link.trace_path.display())))
+                })?;
             traces.push(copy);
         }
         let (up_log, down_log) = (workdir.join("uplink.log"), workdir.join("downlink.log"));
@@ -370,7 +386,13 @@ impl Measurement {
     /// After the shells have stopped: the delivery opportunities and queue drops from their
     /// `mm-link` logs go into the Pantheon logs (as the engine's do), the logs are copied where
     /// they were asked for, and the per-direction summary is returned.
-    pub fn finish(&mut self, shells: &Shells, config: &Config, init_ms: u64, logs: &mut [DirectionLogs; 2]) -> Result<[serde_json::Value; 2]> {
+    pub fn finish(
+        &mut self,
+        shells: &Shells,
+        config: &Config,
+        init_ms: u64,
+        logs: &mut [DirectionLogs; 2],
+    ) -> Result<[serde_json::Value; 2]> {
         let sources = [shells.uplink_log(), shells.downlink_log()];
         let targets = [&config.uplink_log, &config.downlink_log];
         let mut drops = [0u64; 2];
@@ -379,7 +401,9 @@ impl Measurement {
             let offset = mahimahi_init(&text).map(|mm| mm as i64 - init_ms as i64).unwrap_or(0);
             for line in text.lines().filter(|l| !l.starts_with('#')) {
                 let mut words = line.split_whitespace();
-                let (Some(t), Some(kind)) = (words.next().and_then(|t| t.parse::<i64>().ok()), words.next()) else { continue };
+                let (Some(t), Some(kind)) = (words.next().and_then(|t| t.parse::<i64>().ok()), words.next()) else {
+                    continue;
+                };
                 let ours = t + offset;
                 if kind == "#" && ours >= 0 {
                     if let Some(log) = &mut logs[d].pantheon {
@@ -390,7 +414,8 @@ impl Measurement {
                 }
             }
             if let Some(target) = targets[d] {
-                std::fs::write(target, &text).map_err(|e| Error::runtime(format!("cannot write {}: {e}", target.display())))?;
+                std::fs::write(target, &text)
+                    .map_err(|e| Error::runtime(format!("cannot write {}: {e}", target.display())))?;
             }
         }
         let tap_drops: u64 = shells.taps.iter().map(Tap::drops).sum();
@@ -432,13 +457,23 @@ mod tests {
     #[test]
     fn the_command_line_has_each_shell_only_where_the_path_needs_it() {
         let p = Path::new;
-        let c = config(&["--delay", "20", "--uplink-loss", "0.01", "--uplink-queue=droptail", "--uplink-queue-args=packets=100"]);
+        let c = config(&[
+            "--delay",
+            "20",
+            "--uplink-loss",
+            "0.01",
+            "--uplink-queue=droptail",
+            "--uplink-queue-args=packets=100",
+        ]);
         assert_eq!(
             shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "),
             "mm-delay 20 mm-loss uplink 0.01 mm-link u d --uplink-queue=droptail --uplink-queue-args=packets=100 --uplink-log=ul --downlink-log=dl"
         );
         let c = config(&["--downlink-loss", "0.5"]);
-        assert_eq!(shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "), "mm-loss downlink 0.5 mm-link u d --uplink-log=ul --downlink-log=dl");
+        assert_eq!(
+            shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "),
+            "mm-loss downlink 0.5 mm-link u d --uplink-log=ul --downlink-log=dl"
+        );
     }
 
     #[test]
@@ -460,6 +495,9 @@ mod tests {
 
     #[test]
     fn the_mahimahi_log_init_timestamp_is_read() {
-        assert_eq!(mahimahi_init("# mahimahi mm-link (Uplink)\n# init timestamp: 1795344073412\n# base timestamp: 35\n"), Some(1795344073412));
+        assert_eq!(
+            mahimahi_init("# mahimahi mm-link (Uplink)\n# init timestamp: 1795344073412\n# base timestamp: 35\n"),
+            Some(1795344073412)
+        );
     }
 }

@@ -75,7 +75,12 @@ fn discard(mut stream: TcpStream, stats: &Stats) {
 /// `*local_port` (0: any; set to the port used). Every try of one sender leaves from the same
 /// port, so a refused try is the same connection as the one that succeeds (one 5-tuple, one
 /// flow in the logs) rather than a flow of its own.
-fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant, local_port: &mut u16) -> Result<TcpStream, std::io::Error> {
+fn try_connect(
+    peer: &SocketAddr,
+    cc: &str,
+    deadline: Instant,
+    local_port: &mut u16,
+) -> Result<TcpStream, std::io::Error> {
     let family = if peer.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     // SAFETY: plain socket(2); the descriptor is owned by the TcpStream below or closed.
     let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
