@@ -97,10 +97,11 @@ from rich.table import Table
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
+from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
 from calibrate.runs.journal import RunDir
 from calibrate.runs.loop import Calibration
-from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
+from calibrate.space import SearchSpace
 
 OUT = Path(__file__).resolve().parent / "out"
 console = Console(width=None if sys.stdout.isatty() else 150)  # piped tables stay whole
