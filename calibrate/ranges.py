@@ -33,7 +33,7 @@ from typing import Any
 
 from calibrate.evidence import PathEvidence
 from calibrate.optimizers import Optimizer
-from calibrate.optimizers.base import RANGE_Z
+from calibrate.optimizers.rules import RANGE_Z
 from calibrate.space import PARAMETERS, SearchSpace
 
 #: How each parameter is shown: (label, unit, factor from the stored value, integer)

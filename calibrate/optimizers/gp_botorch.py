@@ -18,7 +18,7 @@ emulator of a synthetic target, whose runs are nearly deterministic); on raw f a
 spends its variance on the bad corners and sees the basin as flat, and on a real synthetic
 target it stalled at 4–6 % in 20 evaluations.  On the log scale the basin keeps its contrast.
 The argmin is the same; posterior means are mapped back (exp, the median of the log-normal), and
-the stop and range rules (`calibrate.optimizers.base`) make their Gaussian statements on the log
+the stop and range rules (`calibrate.optimizers.rules`) make their Gaussian statements on the log
 scale (`OutcomeScale`).
 ``outcome="raw"`` models f itself.
 """
@@ -49,7 +49,8 @@ with warnings.catch_warnings():
     from botorch.sampling.normal import SobolQMCNormalSampler
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from calibrate.optimizers.base import Optimizer, OutcomeScale, choice, stream_seed
+from calibrate.optimizers.base import Optimizer, OutcomeScale, choice
+from calibrate.optimizers.streams import stream_seed
 
 _DTYPE = torch.float64  # GP linear algebra in single precision is fragile at these sizes
 
