@@ -309,11 +309,8 @@ def _estimate(
       Without logs, a documented guess: with a delay-based scheme present, the smallest p95 delay
       minus `QUEUED_PACKETS` packet times at that rate (the least-delayed scheme is a delay-based
       one, which keeps a few packets queued — Vegas α–β = 2–4, Copa 1/δ = 2 — and its p95 packet
-      also waits for a delivery slot; one packet time alone left the warm start 5–6 ms above a
-      hidden 30 ms path whose Vegas p95 was 36.3 ms); with none, every scheme's p95 carries a
-      queue of unknown length, and half the smallest p95 (a queue as long as the path) is the
-      guess (the previous rule, which assumed a delay-based scheme's p95, put M1's delay at 62 ms
-      for a true 30; half gives 33, 12.75 and 71.5 ms for the true 30, 10 and 80 of M1–M3).
+      also waits for a delivery slot); with none, every scheme's p95 carries a queue of unknown
+      length, and half the smallest p95 (a queue as long as the path) is the guess.
     - queue: where the queue dropped in a link log, the packets waiting at a drop (the DropTail
       limit); otherwise the largest p95 delay of the saturating schemes (queue full) minus the
       delay estimate above (queue empty), times the rate, in packets, and at least what the link

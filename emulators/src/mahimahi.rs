@@ -146,13 +146,10 @@ fn make_workdir(user: &User) -> Result<PathBuf> {
 /// scheduling.
 ///
 /// It matters: Mahimahi's ferry processes are ordinary tasks, and where they wait for one
-/// another's CPU a loss-limited flow sees it. By hand on a 2-core host at 100 Mbit/s, 5 ms and
-/// 30 packets, Linux cubic got 67 % of the link through shells under normal scheduling, sent in
-/// on-off bursts of a window (about 300 gaps of 3 ms or more in 10 s), and 86 % through the same
-/// shells at SCHED_FIFO (about 15 gaps), as in the engine (85 %). The timer slack and the
-/// endpoints' priority made no difference, and BBR's standing queue at 12 Mbit/s is the same
-/// either way (experiments/README.md, "The shallow-buffer gap is how the host schedules
-/// Mahimahi's shells").
+/// another's CPU a loss-limited flow sees it: on a small host under normal scheduling a fast,
+/// shallow-buffered link goes in on-off bursts of a window, and cubic gets far less of it than
+/// through the same shells at SCHED_FIFO, which match the engine (experiments/README.md, "The
+/// shallow-buffer gap is how the host schedules Mahimahi's shells").
 fn scheduling_prefix(realtime_priority: i32) -> String {
     if realtime_priority > 0 {
         let above_the_taps = (realtime_priority + 1).min(99);
