@@ -101,7 +101,7 @@ def test_scatter_widens_the_bounds():
 
 
 def test_warm_start_lies_inside_derived_space():
-    # the bounds are no longer centred on the warm start; the warm start is clipped into them
+    # the bounds are not centred on the warm start; the warm start is clipped into them
     space = space_from_target(NEPAL)
     u = space.from_values(warm_start(NEPAL))
     assert np.all((u >= 0) & (u <= 1))
