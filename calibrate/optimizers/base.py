@@ -20,6 +20,10 @@ Every optimizer proposes in the same order: the warm-start points first (each on
 scrambled Sobol initial design of `n_initial` points, then its model.  A point counts as used
 once it is pending or told, so a resumed run re-proposes a warm-start or design point whose
 evaluation was lost, and never one that was evaluated.
+
+The statistical rules the loop asks about (`improvement_ruled_out`, `indistinguishable`,
+`irrelevant`) are `calibrate.optimizers.rules`, applied to the posterior a model-based optimizer
+supplies through the hooks at the end of `Optimizer`.
 """
 
 from __future__ import annotations
