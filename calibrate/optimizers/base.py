@@ -213,10 +213,10 @@ class Optimizer(ABC):
 
         With noisy f the lowest observation is often a lucky draw, so a model's posterior mean
         is the usual estimate; but a fitted homoskedastic noise also smooths away differences
-        that the replicates show are real (runs over a lossless link repeat exactly).  So the posterior
-        mean is kept within `INCUMBENT_SE` of the point's own reported standard errors of its
-        measurement; a point without a reported noise takes the posterior mean, and without a
-        model the observations are the estimates.
+        that the replicates show are real (runs over a lossless link repeat exactly).  So the
+        posterior mean is kept within `INCUMBENT_SE` of the point's own reported standard errors
+        of its measurement; a point without a reported noise takes the posterior mean, and
+        without a model the observations are the estimates.
         """
         return self._estimates(self._means())
 
