@@ -56,7 +56,7 @@ from typing import Literal
 import numpy as np
 
 from calibrate.objective import Stats
-from calibrate.space import DEFAULT_RUNTIME_S, MTU_BITS, packet_time_ms
+from calibrate.physics import DEFAULT_RUNTIME_S, MTU_BITS, packet_time_ms
 
 LinkKind = Literal["constant", "poisson"]
 

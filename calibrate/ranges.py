@@ -1,24 +1,24 @@
 """How sure a calibration is: per parameter, the values statistically indistinguishable from the best.
 
 Two runs of each scheme over a lossy path cannot pin a queue to a few packets; the result says
-so.  `Optimizer.indistinguishable` (the rule is documented with its constants in
-`calibrate.optimizers.base`) keeps the points of a dense sample of the search space, of 1-D
-sweeps through the incumbent along each parameter and of the evaluated points whose posterior
-mean of f lies within two combined standard errors (the model's and the replicates' noise) of
-the incumbent's; a parameter's range is its minimum and maximum over those points, in its own
-units.  A parameter the evaluations do not show f to depend on (the model refitted without it
-explains them as well: `Optimizer.irrelevant`) has its whole search range: the model's shape along
-it is extrapolation, not evidence.  A wide range is a finding, not a failure: the target does not
-tell those values apart.
+so.  `Optimizer.indistinguishable` (the range rule, documented with its constants in
+`calibrate.optimizers.rules`) keeps the points of a dense sample of the search space, of 1-D
+sweeps through the incumbent along each parameter and of the evaluated points where the model's
+posterior mean of f exceeds its posterior mean at the incumbent by at most `RANGE_Z` standard
+deviations of their difference (under the joint posterior; the replicates' noise enters through
+the model); a parameter's range is its minimum and maximum over those points, in its own units.
+A parameter the evaluations do not show f to depend on (the model refitted without it explains
+them as well: `Optimizer.irrelevant`) has its whole search range: the model's shape along it is
+extrapolation, not evidence.  A wide range is a finding, not a failure: the target does not tell
+those values apart.
 
 Where the target's per-packet logs tell values apart that its f cannot, the range is narrowed to
 what they allow (`calibrate.evidence`).  Mahimahi link logs do this for the delay: every
 packet's one-way delay is its time in the link plus the propagation delay plus what the host adds
 (`HOST_ALLOWANCE_MS`), so the propagation delay lies in `PathEvidence.propagation_interval_ms`,
-to about a millisecond, where f moves by less than its noise for several (on M1 of
-shared/data/mahimahi-targets, delays 26–30 ms give f within the noise of the best; the logs say
-28–30).  Only where the incumbent's value is one the logs allow: an incumbent they rule out (the
-losing link kind's, say) keeps the model's range, which then says how far it is from the logs.
+to about a millisecond, where f moves by less than its noise for several milliseconds.  Only
+where the incumbent's value is one the logs allow: an incumbent they rule out (the losing link
+kind's, say) keeps the model's range, which then says how far it is from the logs.
 
 Without a model there is no range: random search has none, and a GP is not trusted before the
 warm start and the initial design are told.  The result then says why instead of inventing one.
@@ -33,7 +33,7 @@ from typing import Any
 
 from calibrate.evidence import PathEvidence
 from calibrate.optimizers import Optimizer
-from calibrate.optimizers.base import RANGE_Z
+from calibrate.optimizers.rules import RANGE_Z
 from calibrate.space import PARAMETERS, SearchSpace
 
 #: How each parameter is shown: (label, unit, factor from the stored value, integer)

@@ -3,8 +3,8 @@ side (`calibrate-scheme`, emulators/schemes/src/registry.rs) builds in too.
 
 Per scheme: its canonical name; Pantheon's other labels for it (`pantheon_labels`: archives from
 a decade of Pantheon use labels that were later renamed, `default_tcp` becoming `cubic` on
-2018-05-01); the labels it may further stand in for (`aliases`); its character, which the search
-space's rules assume (`calibrate.space`: saturating, delay-based, rate-probing); the note on
+2018-05-01); the labels it may further stand in for (`aliases`); its character, which the bounds
+and warm-start rules assume (`calibrate.physics`: saturating, delay-based, rate-probing); the note on
 whether ours is the implementation Pantheon ran; and how `calibrate-scheme` runs it, or nothing
 for Pantheon's schemes we do not implement (kept for their character and labels).
 
@@ -249,7 +249,7 @@ def traits_of(names: Iterable[str]) -> frozenset[Trait]:
 
 
 def having(trait: Trait) -> frozenset[str]:
-    """Every name and label of the entries with `trait` (the space's default hint sets)."""
+    """Every name and label of the entries with `trait` (`calibrate.physics`' default hint sets)."""
     return frozenset(n for e in ENTRIES if trait in e.character for n in e.names)
 
 

@@ -1,7 +1,7 @@
 """Calibration-efficiency benchmark: GP-EI (gpytorch, skopt) vs random search on synthetic targets.
 
 Prints a table of the hidden emulators, a per-seed table and a summary table, and writes CSV and a
-convergence plot to experiments/out/.  The question (the issue): per optimizer, how many
+convergence plot to experiments/out/.  The question: per optimizer, how many
 evaluations and how much wall time it needs to get within 1.1 × the final best f, and the f it
 ends with.  Goal: GP-EI gets there in ≤ 40 evaluations and clearly beats random search.
 
@@ -21,7 +21,7 @@ Definitions (also printed with the tables):
   standard errors of each measurement, for random search the lowest observation), the emulator
   `calibrate run` would report.
 - EI stop: the evaluation after which `improvement_ruled_out()`, the loop's stop rule (the model
-  is confident no point beats the incumbent by more than the noise; calibrate.optimizers.base),
+  is confident no point beats the incumbent by more than the noise; calibrate.optimizers.rules),
   first held (the model evaluator checks it after each batch, as the loop (calibrate.runs.loop)
   does after each evaluation, but keeps going to the budget); "–" when it never held.
 
@@ -57,13 +57,13 @@ directories stay under OUT/bench_calibration-runs-<time>/.  Needs root.
 ``mahimahi-targets``: the targets made by **real Mahimahi** with Linux cubic, reno and bbr
 (../shared/data/mahimahi-targets/M1..M3, read from there; their true emulators and run-to-run
 noise floors from its README): per target and optimizer a real `calibrate run` (both link kinds,
-``--budget`` evaluations each, ``--replicates`` runs of the target's 30 s), and the table the issue
-asks for: the winner's parameters against the truth, its f against the floor, the reported
+``--budget`` evaluations each, ``--replicates`` runs of the target's 30 s), and the table
+of the goals below: the winner's parameters against the truth, its f against the floor, the reported
 ranges and whether they hold the truth, evaluations and wall time.  ``--no-evidence`` drops the
 targets' per-packet logs (throughput, p95 and loss only, as a perf table gives), to measure the
 search without them.  ``--rescore N`` also scores the winner and the true emulator on fresh runs (N of
 each scheme, a seed no search uses): the search's own f of its winner is one draw, and with one
-replicate per scheme it scatters by about the floor.  Goals (issue 11): f ≤ 1.5 × the floor on
+replicate per scheme it scatters by about the floor.  Goals: f ≤ 1.5 × the floor on
 every target; where the floor is low (M1), rate within 5 %, delay within 2 ms, queue within 25 %;
 elsewhere the truth inside the ranges.  Needs root.
 
@@ -97,10 +97,11 @@ from rich.table import Table
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
+from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
 from calibrate.runs.journal import RunDir
 from calibrate.runs.loop import Calibration
-from calibrate.space import SchemeMeasurement, SearchSpace, space_from_target, warm_start
+from calibrate.space import SearchSpace
 
 OUT = Path(__file__).resolve().parent / "out"
 console = Console(width=None if sys.stdout.isatty() else 150)  # piped tables stay whole
@@ -315,7 +316,7 @@ def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[
 # Targets made by real Mahimahi
 
 MAHIMAHI_TARGETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "mahimahi-targets"
-#: the goal's tolerances where the floor is low (issue 11)
+#: the goal's tolerances where the floor is low
 LOW_FLOOR_PCT = 5.0
 TOLERANCE = {"rate": 0.05, "delay": 2.0, "queue": 0.25, "loss": 0.30}
 

@@ -1,5 +1,5 @@
 """Our ports of Pantheon's 2017 schemes against their upstream builds, same emulators: a
-differential benchmark (issue 25).
+differential benchmark.
 
 For every row of the matrix and every Pantheon label (saturator, greg_saturator, koho_cc, copa,
 ledbat by default) it runs the UPSTREAM build and OUR PORT over the same engine emulator,

@@ -2,19 +2,17 @@ import os
 
 import pytest
 
-# The tests that need root run the emulator in real time, on a host that can hold a process back
-# for milliseconds to seconds: a shared or virtualised machine's vCPU is not always there when its
-# timer fires. Measured here, a first run after a few idle minutes had 10 of 30 pings 1–7 ms late
-# and a LEDBAT flow backing off from the delay spikes; the same tests passed on the next runs. So a
-# real-time test whose assertion fails runs once more, on fresh runs of its own, and fails only if it
-# fails again (pytest's summary counts the reruns). Only assertion failures are rerun: an error in
-# the code under test fails at once. A module-scoped fixture's runs are not redone (the plugin keeps
-# higher-scoped fixtures across a rerun), so a test that reads one makes fresh runs of its own when
-# it is rerun (the `first_try` fixture says which try it is); otherwise the rerun would reassert
-# the very runs the host spoiled. The rerun waits a little first: the host's stalls come in
-# spells, and a rerun straight after the failure can fall in the same one (CI runs had both tries
-# of a ping test fail, about ten seconds apart, on a host where the same test passed 8 times of 8
-# alone).
+# The tests that need root run the emulator in real time, on a host that can hold a process back for
+# milliseconds to seconds: a shared or virtualised machine's vCPU is not always there when its timer
+# fires (pings arrive milliseconds late, and a delay-based flow backs off from the spikes), and the
+# same test passes on the next run. So a real-time test whose assertion fails runs once more, on
+# fresh runs of its own, and fails only if it fails again (pytest's summary counts the reruns). Only
+# assertion failures are rerun: an error in the code under test fails at once. A module-scoped
+# fixture's runs are not redone (the plugin keeps higher-scoped fixtures across a rerun), so a test
+# that reads one makes fresh runs of its own when it is rerun (the `first_try` fixture says which
+# try it is); otherwise the rerun would reassert the very runs the host spoiled. The rerun waits a
+# little first: the host's stalls come in spells, and a rerun straight after the failure can fall in
+# the same one.
 REALTIME_RERUNS = 1
 REALTIME_RERUN_DELAY_S = 20
 

@@ -13,7 +13,7 @@ from calibrate.evaluation import RunMetrics, RunTask
 from calibrate.fluid import fluid_model, model_replicates
 from calibrate.runs.config import UNLIMITED_QUEUE
 
-#: the issue's hidden lossy, buffered path
+#: the hidden lossy, buffered path
 HIDDEN = {"rate": 10.0, "delay": 40, "queue": 150, "loss": 0.01}
 #: target label -> the fluid model's scheme (and ours)
 SCHEMES = {"cubic": "cubic", "bbr": "bbr", "vegas": "vegas", "saturator": "saturator"}

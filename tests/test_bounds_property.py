@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.fluid import DELAY_BASED, LOSS_BASED, SCHEMES, model_replicates
-from calibrate.space import PARAMETERS, BoundsRule, SchemeMeasurement, SearchSpace, bounds_from_target, warm_start
+from calibrate.physics import BoundsRule, SchemeMeasurement, bounds_from_target, warm_start
+from calibrate.space import PARAMETERS, SearchSpace
 
 RUNTIME_S = 30.0
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -2,7 +2,7 @@
 calibrated on an embedded Ray with real engines and schemes; a run killed with SIGKILL
 mid-evaluation and resumed; the command line's errors.
 
-The hidden emulator is the issue's: 8 Mbit/s, 30 ms one-way, DropTail 60 packets, no loss,
+The hidden emulator: 8 Mbit/s, 30 ms one-way, DropTail 60 packets, no loss,
 constant deliveries.  Three schemes span what identifies it: a saturator and cubic fill the
 queue (rate, queue), Vegas keeps it empty (delay).  A second hidden emulator adds 1 % i.i.d.
 uplink loss, so that runs scatter as a real path's do and the noise floor is a real one.

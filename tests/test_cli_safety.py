@@ -1,4 +1,4 @@
-"""What guards a person's hours of work, tried as they meet it (issue 13): `calibrate` run as a
+"""What guards a person's hours of work, tried as they meet it: `calibrate` run as a
 real process, with real signals and, where it matters, real emulations.
 
 - one writer per run: a second `run`/`resume` on a run directory is refused with the writer
@@ -369,7 +369,7 @@ def test_resume_runs_the_candidates_that_were_running_first_and_goes_on_as_if_ne
 
 @pytest.mark.needs_root
 def test_run_and_resume_racing_on_one_directory_never_both_write(tmp_path, target):
-    """The issue's repro: `calibrate run … --out R &`, then, while its first candidates run,
+    """The race: `calibrate run … --out R &`, then, while its first candidates run,
     `calibrate resume R`: refused, with the writer named, again and again while it runs; `run
     --out R` is told a writer runs there; `export R` reads the run meanwhile; the journal ends
     with exactly the budget, each candidate once."""

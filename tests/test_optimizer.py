@@ -230,7 +230,7 @@ def test_bad_input_is_an_input_error(name):
         make_optimizer("spearmint", 3)
 
 
-# -- the stop rule (calibrate.optimizers.base, above CONFIDENCE_Z)
+# -- the stop rule (calibrate.optimizers.rules)
 
 def test_stop_rule_waits_while_the_optimum_is_unexplored(name):
     steep = make(name)

@@ -80,19 +80,19 @@ def test_a_format_1_run_opens_and_exports_as_before_without_the_host(tmp_path, n
     # exported exactly as the code that wrote it exported it (the result computed from the journal)
     report = json.loads((export(run_dir) / "emulator.json").read_text())
     volatile = [("provenance", "run", "run_dir"), ("provenance", "exported_at"),
-                # changed on purpose since (issue 13): emulator.json explains its fields, and
+                # changed on purpose since it was written: emulator.json explains its fields, and
                 # descriptions show rates and losses to 4 significant digits (no float noise)
                 ("fields",), ("emulator", "description"),
                 *[("links", link, "emulator", "description") for link in report["links"]],
-                # changed on purpose since (issue 11): the ranges' rule is the sd of the difference
+                # changed on purpose since: the ranges' rule is the sd of the difference
                 # from the incumbent (the ranges it gives here are the same); and the GP's mean at
                 # the incumbent, refitted from the journal, is compared to float precision below
                 *[("links", link, key) for link in report["links"] for key in ("ranges_note", "model_mean")],
                 # and a parameter counts only where the evaluations show f to depend on it (the
-                # relevance rule, calibrate.optimizers.base): ranges may only have widened
+                # relevance rule, calibrate.optimizers.rules): ranges may only have widened
                 ("emulator", "ranges"), ("emulator", "ranges_text"),
                 *[("links", link, key) for link in report["links"] for key in ("ranges", "ranges_text")],
-                # added since (issue 25): what ran for each label and its fidelity
+                # added since it was written: what ran for each label and its fidelity
                 ("scheme_fidelity",)]
     assert _without(report, *volatile) == _without({"fields": None, **EXPECTED["export"]}, *volatile)
     assert set(report["scheme_fidelity"]) == set(meta["schemes"])

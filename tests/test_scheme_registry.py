@@ -8,8 +8,8 @@ import json
 import subprocess
 
 from calibrate import binaries
+from calibrate.physics import DELAY_BASED, RATE_PROBING, SATURATING
 from calibrate.scheme_registry import ENTRIES, TRAITS, canonical_scheme, having, implemented, traits_of
-from calibrate.space import DELAY_BASED, RATE_PROBING, SATURATING
 from calibrate.targets.load import load_target
 
 

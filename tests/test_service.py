@@ -355,7 +355,7 @@ def _tar_gz(members: list[tuple[str, bytes]]) -> bytes:
 _ROW = "scheme,runs,tput_mbps_mean,delay_p95_ms_mean,loss_pct_mean\ncubic,10,5.1,52.0,0.2\n"
 _JSON_LOSS_5 = json.dumps({"schemes": {"cubic": {"runs": 10, "tput_mbps": {"mean": 5.1},
                                                  "delay_p95_ms": {"mean": 52.0}, "loss": 5}}})
-#: uploads a reader refuses (item 1-3 of issue 27): (name, bytes)
+#: uploads a reader refuses: (name, bytes)
 HOSTILE_UPLOADS = {
     "table declaring 1e30 flows": ("t.csv", f"# flows: 1e30\n{_ROW}".encode()),
     "table declaring nan flows": ("t.csv", f"# flows: nan\n{_ROW}".encode()),
@@ -618,7 +618,7 @@ def test_jobs_are_their_tokens_and_public_reads_share_results_never_control(tmp_
 
 
 def test_a_store_from_before_owners_is_migrated_its_jobs_read_only(tmp_path):
-    """A store whose jobs table has no owner column (a server before issue 27): opened, the
+    """A store whose jobs table has no owner column (a server from before owners): opened, the
     column is added; its jobs are nobody's, readable by every token, cancelled by none."""
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = Store(url)

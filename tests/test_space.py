@@ -9,15 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.errors import InputError
-from calibrate.space import (
-    LOSS_KNEE,
-    PARAMETERS,
-    SchemeMeasurement,
-    SearchSpace,
-    bounds_from_target,
-    space_from_target,
-    warm_start,
-)
+from calibrate.physics import SchemeMeasurement, bounds_from_target, space_from_target, warm_start
+from calibrate.space import LOSS_KNEE, PARAMETERS, SearchSpace
 
 # /work/shared/data/nepal-2017-01-03.csv, inline: scheme -> (tput Mbit/s, p95 delay ms, loss
 # fraction = loss_pct_mean / 100)
@@ -56,7 +49,7 @@ def test_warm_start_on_nepal():
 
 
 def _wilson_upper(p: float, n: float, z: float = 5.0) -> float:
-    """The Wilson score interval's upper end, written out independently of calibrate.space."""
+    """The Wilson score interval's upper end, written out independently of calibrate.physics."""
     return (p + z * z / (2 * n) + z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)
 
 
@@ -108,7 +101,7 @@ def test_scatter_widens_the_bounds():
 
 
 def test_warm_start_lies_inside_derived_space():
-    # the bounds are no longer centred on the warm start; the warm start is clipped into them
+    # the bounds are not centred on the warm start; the warm start is clipped into them
     space = space_from_target(NEPAL)
     u = space.from_values(warm_start(NEPAL))
     assert np.all((u >= 0) & (u <= 1))

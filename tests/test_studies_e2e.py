@@ -2,12 +2,12 @@
 measured over a hidden lossy, buffered emulator, on an embedded Ray with real engines and
 schemes; each killed with SIGKILL mid-study and continued with `calibrate resume`.
 
-The hidden emulator is the issue's: 10 Mbit/s, 40 ms one-way, DropTail 150 packets, 1 % uplink
+The hidden emulator: 10 Mbit/s, 40 ms one-way, DropTail 150 packets, 1 % uplink
 loss, constant deliveries.  Four schemes whose behaviour depends on all four parameters: cubic
 (loss-limited, fills the queue between losses), BBR (a standing queue of a BDP), Vegas (the
 propagation delay) and the saturator (rate, queue, loss).  Budgets are tiny (runs of 6 s, one
 replicate), so the studies share one run each (module fixtures) and the assertions are the
-issue's, with tolerances for one-replicate noise.
+studies' goals, with tolerances for one-replicate noise.
 """
 
 from __future__ import annotations

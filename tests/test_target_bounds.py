@@ -162,7 +162,7 @@ _BOUNDED_READ = textwrap.dedent("""
 @pytest.mark.parametrize("what", ["flows 1e30 in a table", "JSON table flows 1e300", "target JSON flows 1e30",
                                   "metadata run_times 1e12", "metadata flows 1e30"])
 def test_a_huge_declared_count_is_refused_in_milliseconds_without_allocating(tmp_path, what):
-    """The attack of the issue (a small upload declaring 1e30 flows) under an address-space limit:
+    """The attack (a small upload declaring 1e30 flows) under an address-space limit:
     refused by the reader in milliseconds, instead of allocating one entry per declared flow."""
     (_, name, content, words), = [row for row in HOSTILE if row[0] == what]
     path = _write(tmp_path, name, content)

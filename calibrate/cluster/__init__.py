@@ -1,7 +1,7 @@
 """Running calibrations on many machines: Ray clusters that advertise emulator slots.
 
-- `auth`: how Ray's authentication token reaches drivers, nodes and workers (and why
-  `ray start --head` used to refuse drivers with InvalidAuthToken).
+- `auth`: how Ray's authentication token reaches drivers, nodes and workers (and why, left to
+  itself, `ray start --head` may refuse drivers with InvalidAuthToken).
 - `local`: several Ray nodes (raylets) started on this machine, or this machine's node added to
   a cluster, each advertising its `emulator_slot` capacity (`calibrate cluster local`).
 - `manifests`: KubeRay's RayCluster and RayJob (ray.io/v1), and the claim for run directories,

@@ -10,13 +10,13 @@ are started by their node's raylet and inherit its environment, so they use what
 Ray turns token mode on by itself in two places only: a `ray.init()` that starts a cluster
 (always; it writes ``~/.ray/auth_token`` when none exists) and `ray start --head` *when a token
 already exists*.  A node joining with `ray start --address` and a driver joining with
-`ray.init(address=HOST:PORT)` never do.  That asymmetry was the "flaky" ``InvalidAuthToken``:
-on a machine where any embedded `ray.init()` had run (a `calibrate run` without ``--address``,
-a test), ``~/.ray/auth_token`` existed, so `ray start --head` enabled token auth, and the nodes
-and drivers joining it by address connected without a token and were refused
+`ray.init(address=HOST:PORT)` never do.  That asymmetry makes ``InvalidAuthToken`` look flaky:
+on a machine where any embedded `ray.init()` has run (a `calibrate run` without ``--address``,
+a test), ``~/.ray/auth_token`` exists, so `ray start --head` enables token auth, and the nodes
+and drivers joining it by address connect without a token and are refused
 (``Unauthenticated: InvalidAuthToken``, retried for many seconds, then "Failed to connect"); on
-a fresh machine, or under another ``HOME``, no token existed, the head started without auth and
-everything joined.
+a fresh machine, or under another ``HOME``, no token exists, the head starts without auth and
+everything joins.
 
 calibrate's rule:
 - the clusters it starts set ``RAY_AUTH_MODE`` explicitly on every node (`calibrate cluster

@@ -4,7 +4,10 @@
 - ``skopt``: scikit-optimize GP + EI, the Spearmint-like baseline (`gp_skopt.SkoptGP`);
 - ``random``: Sobol or uniform random search (`random_search.RandomSearch`).
 
-The heavy libraries (torch, scikit-learn) are imported only when that optimizer is made.
+The statistical rules a model-based search applies (stop, range, relevance) are
+`calibrate.optimizers.rules`; the seeded random streams every optimizer draws from,
+`calibrate.optimizers.streams`.  The heavy libraries (torch, scikit-learn) are imported only when
+that optimizer is made.
 """
 
 from __future__ import annotations

@@ -20,12 +20,15 @@ Every optimizer proposes in the same order: the warm-start points first (each on
 scrambled Sobol initial design of `n_initial` points, then its model.  A point counts as used
 once it is pending or told, so a resumed run re-proposes a warm-start or design point whose
 evaluation was lost, and never one that was evaluated.
+
+The statistical rules the loop asks about (`improvement_ruled_out`, `indistinguishable`,
+`irrelevant`) are `calibrate.optimizers.rules`, applied to the posterior a model-based optimizer
+supplies through the hooks at the end of `Optimizer`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +38,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from calibrate.errors import InputError
+from calibrate.optimizers import rules
+from calibrate.optimizers.streams import sobol, stream_seed
 
 #: Two points closer than this (max-norm in the unit cube) are the same point.
 SAME_POINT = 1e-9
@@ -43,66 +48,6 @@ SAME_POINT = 1e-9
 #: How far (in its own reported standard errors) the model may pull a point's estimate of f
 #: away from the point's measurement when choosing the incumbent (`Optimizer.estimates`).
 INCUMBENT_SE = 2.0
-
-# The stop rule (`Optimizer.improvement_ruled_out`), in full.  A search may stop searching the
-# whole space only when its model is confident that no point of it beats the incumbent by more
-# than the measured noise: over a dense sample of the unit cube (`CONFIDENCE_SOBOL` scrambled
-# Sobol points) and of the incumbent's surroundings (`CONFIDENCE_LOCAL` Sobol points within
-# `CONFIDENCE_RADIUS` of it in every coordinate), the lower confidence bound of f — the
-# `CONFIDENCE_Z`-sigma lower quantile of the posterior of the latent f, taken on the model's
-# outcome scale, so exact for a log-warped GP — lies nowhere more than the tolerance below the
-# incumbent's estimate (`estimates`).  The tolerance is the incumbent's measured standard error
-# (its replicates' noise; the median of the reported ones when its own is unknown), and at least
-# `STOP_FRACTION` of its f (runs over a lossless link repeat exactly and report noise 0).  The
-# rule never fires before the warm start and the initial design are told, without a model
-# (random search), or when no evaluation reported a noise (one replicate each): those searches
-# use their budget.  EI at the proposals is deliberately not the criterion: a GP fitted on a
-# design that missed a narrow basin expects little improvement anywhere, and on a real target
-# "EI < 1 % of f" stopped a search after 18 of 24 evaluations at f = 15.6 % while 4.6 % was
-# reachable.  Three sigmas, not two: the bound is taken over thousands of points, where a
-# two-sigma bound is crossed by chance somewhere (on the tests' function with a basin off the
-# initial design, two sigmas still stopped 2 of 5 searches before they found the basin).
-CONFIDENCE_Z = 3.0
-CONFIDENCE_SOBOL = 4096
-CONFIDENCE_LOCAL = 512
-CONFIDENCE_RADIUS = 0.05
-STOP_FRACTION = 0.01
-
-# The range rule (`Optimizer.indistinguishable`), in full.  A point's f is statistically
-# indistinguishable from the incumbent's when the posterior mean there exceeds the posterior mean
-# at the incumbent by at most `RANGE_Z` standard deviations of their difference: m(x) − m* ≤
-# RANGE_Z · sd(g(x) − g*), on the model's outcome scale, under the joint posterior of the latent
-# f at x and at the incumbent: √(s(x)² + s*² − 2·c(x, x*)) (`_latent_difference`).  Model against
-# model: where the model smooths over the incumbent's measurement (a basin narrower than it
-# resolves), comparing with the measurement would keep nothing and claim a precision the model
-# does not have.  The replicates' noise enters through the model (the GP is fitted with each
-# evaluation's reported standard error as its observation noise, `GPyTorchGP`), not a second
-# time: adding the incumbent's raw replicate error on top (the rule until 2026-11-24) ignored
-# that the model pools every neighbour's runs, and on M1 of shared/data/mahimahi-targets
-# (an incumbent at f 1.8 ± 0.4 %) it kept delays 14 ms from the truth that every evaluation
-# there had measured at f ≥ 9 %.  Near the incumbent the two posteriors are correlated, which
-# the difference's deviation accounts for; far from it c → 0 and the rule is the independent
-# one.  An optimizer without a joint posterior (`Optimizer._latent_difference`'s default) takes
-# them as independent, which errs on the wide side.  The points examined are the stop rule's
-# sample, the evaluated points, and `SWEEP_POINTS` points along each coordinate through the
-# incumbent (a flat direction shows in a sweep even where no Sobol point lands in the
-# incumbent's basin).
-RANGE_Z = 2.0
-SWEEP_POINTS = 101
-
-# The relevance rule (`Optimizer.irrelevant`), in full.  The range rule trusts the model's shape,
-# and a GP fitted on points that explored one parameter only near the incumbent's value may
-# extrapolate a trend in it that the data never showed: on the tests' function, which does not
-# depend on the queue at all, 2 of 8 searches reported queue ranges of 4–65 and 4–6 packets of a
-# 4–1000 space (a fitted lengthscale of 1–2 across the unit cube).  So a parameter counts only
-# where the data show that f depends on it: the model without that input (refitted on the same
-# evaluations) must explain them worse by at least `RELEVANCE_LOG_BF` in log marginal likelihood
-# (a Bayes factor of e³ ≈ 20, "strong" on Kass and Raftery's scale).  Where it does not, every
-# value of the parameter is indistinguishable from the incumbent's, and its range is its whole
-# search range.  On that function the queue's log Bayes factor was −2 to −5 and the rate's and
-# the delay's 10–31.  An optimizer that cannot refit on fewer inputs (`_log_evidence` NaN) treats
-# every parameter as relevant.
-RELEVANCE_LOG_BF = 3.0
 
 
 @dataclass(frozen=True)
@@ -160,22 +105,6 @@ def find_point(x: np.ndarray, points: Sequence[np.ndarray]) -> int:
         if np.max(np.abs(p - x)) <= SAME_POINT:
             return i
     return -1
-
-
-def stream_seed(*parts: int) -> int:
-    """A 32-bit seed from the optimizer's seed and the state sizes (reproducible streams)."""
-    return int(np.random.SeedSequence([abs(int(p)) for p in parts]).generate_state(1)[0])
-
-
-def sobol(dim: int, seed: int, n: int) -> np.ndarray:
-    """The first n points of the scrambled Sobol sequence for `seed`."""
-    from scipy.stats import qmc
-
-    engine = qmc.Sobol(dim, scramble=True, seed=seed)
-    with warnings.catch_warnings():
-        # balance is a property of the whole design, which a run does not always use up
-        warnings.simplefilter("ignore", UserWarning)
-        return engine.random(n)
 
 
 class Optimizer(ABC):
@@ -284,11 +213,10 @@ class Optimizer(ABC):
 
         With noisy f the lowest observation is often a lucky draw, so a model's posterior mean
         is the usual estimate; but a fitted homoskedastic noise also smooths away differences
-        that the replicates show are real (runs over a lossless link repeat to 0.0 %: a 2.3 %
-        warm start lost to a 3.8 % point whose posterior mean was lower).  So the posterior
-        mean is kept within `INCUMBENT_SE` of the point's own reported standard errors of its
-        measurement; a point without a reported noise takes the posterior mean, and without a
-        model the observations are the estimates.
+        that the replicates show are real (runs over a lossless link repeat exactly).  So the
+        posterior mean is kept within `INCUMBENT_SE` of the point's own reported standard errors
+        of its measurement; a point without a reported noise takes the posterior mean, and
+        without a model the observations are the estimates.
         """
         return self._estimates(self._means())
 
@@ -324,85 +252,36 @@ class Optimizer(ABC):
 
     def expected_improvement(self) -> float:
         """The largest expected improvement of one more evaluation, in f's units (NaN: no model).
-        A diagnostic, not a stop signal: see the stop rule above `CONFIDENCE_Z`."""
+        A diagnostic, not a stop signal (the stop rule, `calibrate.optimizers.rules`, says why)."""
         if not self.has_model:
             return math.nan
         return self._max_expected_improvement()
 
-    # -- what the model says about the whole space (rules above `CONFIDENCE_Z` and `RANGE_Z`)
-
-    def _confidence_sample(self, center: np.ndarray) -> np.ndarray:
-        """The stop rule's sample: Sobol points over the cube, and around `center`."""
-        local = sobol(self.dim, stream_seed(self.seed, 10), CONFIDENCE_LOCAL)
-        return np.vstack([sobol(self.dim, stream_seed(self.seed, 9), CONFIDENCE_SOBOL),
-                          np.clip(center + (2.0 * local - 1.0) * CONFIDENCE_RADIUS, 0.0, 1.0)])
+    # -- the statistical rules (`calibrate.optimizers.rules`, where they are documented)
 
     def improvement_bound(self) -> float:
         """How far below the incumbent's estimate f may plausibly lie anywhere in the cube, in
-        f's units: the largest estimate − lower confidence bound over the stop rule's sample
-        (≤ 0: nowhere).  NaN without a model."""
-        if not self.has_model:
-            return math.nan
-        best = self.best()
-        mean, sd = self._latent(self._confidence_sample(best.x))
-        lower = self.scale.f(mean - CONFIDENCE_Z * sd)
-        return float(np.min(self.estimates()) - np.min(lower))
+        f's units (≤ 0: nowhere); NaN without a model."""
+        return rules.improvement_bound(self)
 
     def noise_tolerance(self) -> float:
-        """The stop rule's tolerance, in f's units: the incumbent's reported standard error (the
-        median reported one when its own is unknown), at least `STOP_FRACTION` of its estimate;
-        NaN when no evaluation reported a noise."""
-        if not self._y:
-            return math.nan
-        best = self.best()
-        reported = np.array(self._noise, dtype=float)
-        se = reported[best.index]
-        if not math.isfinite(se):
-            finite = reported[np.isfinite(reported)]
-            se = float(np.median(finite)) if finite.size else math.nan
-        estimate = float(np.min(self.estimates()))
-        return max(se, STOP_FRACTION * max(estimate, 0.0)) if math.isfinite(se) else math.nan
+        """The stop rule's tolerance, in f's units; NaN when no evaluation reported a noise."""
+        return rules.noise_tolerance(self)
 
     def improvement_ruled_out(self) -> bool:
-        """The stop rule (above `CONFIDENCE_Z`): the model is confident that no point of the cube
-        beats the incumbent by more than the measured noise."""
-        if not (self.has_model and self.design_done):
-            return False
-        tolerance = self.noise_tolerance()
-        return math.isfinite(tolerance) and bool(self.improvement_bound() <= tolerance)
+        """The stop rule: the model is confident that no point of the cube beats the incumbent by
+        more than the measured noise."""
+        return rules.improvement_ruled_out(self)
 
     def indistinguishable(self) -> np.ndarray | None:
-        """The examined points (rule above `RANGE_Z`) whose f the model cannot tell apart from
-        the incumbent's, the incumbent first, as rows (n, dim); None without a model."""
-        if not self.has_model:
-            return None
-        best = self.best()
-        sweeps = np.repeat(best.x[None, :], SWEEP_POINTS * self.dim, axis=0)
-        for j in range(self.dim):
-            sweeps[j * SWEEP_POINTS:(j + 1) * SWEEP_POINTS, j] = np.linspace(0.0, 1.0, SWEEP_POINTS)
-        sample = self._confidence_sample(best.x)
-        points = np.vstack([best.x[None, :], sample, sweeps, np.array(self._x)])
-        mean, _ = self._latent(points)  # the incumbent is the first point
-        keep = mean - mean[0] <= RANGE_Z * self._latent_difference(points, best.x)
-        for j in self.irrelevant():  # its whole sweep: every value of it (rule above RELEVANCE_LOG_BF)
-            start = 1 + len(sample) + j * SWEEP_POINTS
-            keep[start:start + SWEEP_POINTS] = True
-        return points[keep]
+        """The range rule: the examined points whose f the model cannot tell apart from the
+        incumbent's, the incumbent first, as rows (n, dim); None without a model."""
+        return rules.indistinguishable(self)
 
     def irrelevant(self) -> list[int]:
-        """The coordinates the evaluations do not show f to depend on (rule above
-        `RELEVANCE_LOG_BF`); none without a model, or in one dimension."""
-        if not self.has_model or self.dim < 2:
-            return []
-        full = self._log_evidence(tuple(range(self.dim)))
-        if not math.isfinite(full):
-            return []
-        out = []
-        for j in range(self.dim):
-            reduced = self._log_evidence(tuple(k for k in range(self.dim) if k != j))
-            if math.isfinite(reduced) and full - reduced < RELEVANCE_LOG_BF:
-                out.append(j)
-        return out
+        """The relevance rule: the coordinates the evaluations do not show f to depend on; none
+        without a model, or in one dimension."""
+        return rules.irrelevant(self)
 
     def ask_among(self, points: Sequence[ArrayLike], n: int = 1) -> list[np.ndarray]:
         """Up to n of the given points (e.g. a local refinement's neighbours of the incumbent)

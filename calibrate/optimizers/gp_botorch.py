@@ -15,11 +15,10 @@ maximizes, so the model is fit to −f.
 Outcome warping (``outcome="log"``, the default): the GP models −log(f + c), c = `LOG_OFFSET`.
 f spans two orders of magnitude over a search space (70 % at a wrong corner, 0.2 % at the true
 emulator of a synthetic target, whose runs are nearly deterministic); on raw f a stationary GP
-spends its variance on the bad corners and sees the basin as flat, and on a real synthetic
-target it stalled at 4–6 % in 20 evaluations.  On the log scale the basin keeps its contrast.
-The argmin is the same; posterior means are mapped back (exp, the median of the log-normal), and
-the stop and range rules (`calibrate.optimizers.base`) make their Gaussian statements on the log
-scale (`OutcomeScale`).
+spends its variance on the bad corners and sees the basin as flat.  On the log scale the basin
+keeps its contrast.  The argmin is the same; posterior means are mapped back (exp, the median of
+the log-normal), and the stop and range rules (`calibrate.optimizers.rules`) make their Gaussian
+statements on the log scale (`OutcomeScale`).
 ``outcome="raw"`` models f itself.
 """
 
@@ -49,7 +48,8 @@ with warnings.catch_warnings():
     from botorch.sampling.normal import SobolQMCNormalSampler
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from calibrate.optimizers.base import Optimizer, OutcomeScale, choice, stream_seed
+from calibrate.optimizers.base import Optimizer, OutcomeScale, choice
+from calibrate.optimizers.streams import stream_seed
 
 _DTYPE = torch.float64  # GP linear algebra in single precision is fragile at these sizes
 

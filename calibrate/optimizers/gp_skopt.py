@@ -24,7 +24,8 @@ from skopt.acquisition import gaussian_ei
 from skopt.space import Real
 from skopt.utils import cook_estimator
 
-from calibrate.optimizers.base import Optimizer, choice, sobol, stream_seed
+from calibrate.optimizers.base import Optimizer, choice
+from calibrate.optimizers.streams import sobol, stream_seed
 
 #: points per joint posterior in `_latent_difference` (a 501 × 501 covariance: ~2 MB)
 _JOINT_CHUNK = 500

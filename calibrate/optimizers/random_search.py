@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from calibrate.optimizers.base import Optimizer, choice, find_point, stream_seed
+from calibrate.optimizers.base import Optimizer, choice, find_point
+from calibrate.optimizers.streams import stream_seed
 
 
 class RandomSearch(Optimizer):

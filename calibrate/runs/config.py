@@ -32,10 +32,11 @@ from calibrate.errors import InputError
 from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
 from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
+from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.scheme_registry import era_of, traits_of
 from calibrate.schemes import Registry, Scheme, load_registry
 from calibrate.scripted import MAX_RUNTIME_S
-from calibrate.space import PARAMETERS, SchemeMeasurement, SearchSpace, space_from_target, warm_start
+from calibrate.space import PARAMETERS, SearchSpace
 from calibrate.targets.model import SchemeResult, Target, Workload
 
 LINK_KINDS: tuple[str, ...] = ("constant", "poisson")

@@ -359,7 +359,7 @@ class Store:
 def _migrate(engine: Engine) -> None:
     """Bring a store made by an older server to this schema (the store has no version number:
     each change is a column added where it is missing, so every older store is migrated in place):
-    ``jobs.owner`` (issue 27), NULL for the jobs made before owners."""
+    ``jobs.owner``, NULL for the jobs made before owners."""
     columns = {column["name"] for column in inspect(engine).get_columns("jobs")}
     if "owner" not in columns:
         with engine.begin() as db:

@@ -11,8 +11,8 @@
 - `calibrate.targets.load`: `load_target`, the only dispatcher from what a user types to a reader.
 
 The per-packet evidence a data directory's logs give (`calibrate.evidence`) is not here: the
-search space reads it too (`calibrate.space`), and the Target model itself builds on the space's
-`SchemeMeasurement`, so evidence under targets/ would make targets and space import each other.
+target physics reads it too (`calibrate.physics`), and the Target model itself builds on its
+`SchemeMeasurement`, so evidence under targets/ would make targets and physics import each other.
 
 Nothing is imported here, so importing the model does not import the readers.
 """

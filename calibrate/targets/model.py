@@ -26,8 +26,8 @@ import numpy as np
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
 from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
+from calibrate.physics import SchemeMeasurement
 from calibrate.scheme_registry import canonical_scheme
-from calibrate.space import SchemeMeasurement
 from calibrate.targets.bounds import FORMAT_VERSION, declared
 
 FORMAT = "calibrate-target"

@@ -9,9 +9,9 @@
 use crate::endpoint::{EndpointSpec, SideName};
 use crate::error::{Error, Result};
 use crate::ferry::Timing;
-use crate::mahimahi::User;
 use crate::queue::QueueSpec;
 use crate::trace::Trace;
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -54,6 +54,33 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
 Endpoints see EMU_SIDE, EMU_ADDR (their own address), EMU_PEER (the other side's address) and,
 on the sender side, MAHIMAHI_BASE (the receiver's address).
 ";
+
+/// The unprivileged account the shells run as.
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+}
+
+impl User {
+    pub fn lookup(name: &str) -> Result<User> {
+        let c = CString::new(name).map_err(|_| Error::input("--mahimahi-user contains a NUL byte"))?;
+        let entry = unsafe { libc::getpwnam(c.as_ptr()) };
+        if entry.is_null() {
+            return Err(Error::input(format!(
+                "--mahimahi-user {name}: no such user; name an unprivileged account (e.g. create one with `useradd -m mahimahi`)"
+            )));
+        }
+        let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
+        if uid == 0 {
+            return Err(Error::input(format!(
+                "--mahimahi-user {name} is root, and Mahimahi's shells refuse to run as root: name an unprivileged account"
+            )));
+        }
+        Ok(User { name: name.to_string(), uid, gid })
+    }
+}
 
 /// What carries the packets.
 #[derive(Debug, Clone)]
@@ -191,7 +218,9 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
 }
 
 fn parse_run(text: &str) -> Result<EndpointSpec> {
-    let bad = || Error::input(format!("bad --run {text:?}: expected SIDE[@SECONDS]:COMMAND, e.g. sender@3:iperf -c $EMU_PEER"));
+    let bad = || {
+        Error::input(format!("bad --run {text:?}: expected SIDE[@SECONDS]:COMMAND, e.g. sender@3:iperf -c $EMU_PEER"))
+    };
     let (head, command) = text.split_once(':').ok_or_else(bad)?;
     let (side, start) = match head.split_once('@') {
         Some((side, start)) => (side, parse_seconds("--run start", start)?),
@@ -221,7 +250,9 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         2 => {
             for (slot, value) in raw.traces.iter_mut().zip(raw.positional.drain(..)) {
                 if slot.is_some() {
-                    return Err(Error::input("give each trace once: either positionally or with --uplink-trace/--downlink-trace"));
+                    return Err(Error::input(
+                        "give each trace once: either positionally or with --uplink-trace/--downlink-trace",
+                    ));
                 }
                 *slot = Some(value);
             }
@@ -260,7 +291,9 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
     };
     let seed = match raw.seed.as_deref() {
         None => 0,
-        Some(text) => text.parse::<u64>().map_err(|_| Error::input(format!("--seed must be a non-negative integer, got {text:?}")))?,
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| Error::input(format!("--seed must be a non-negative integer, got {text:?}")))?,
     };
     let timing = match raw.timing.as_deref() {
         None => Timing::Mahimahi,
@@ -275,7 +308,10 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
             Backend::Engine
         }
         Some("mahimahi") => {
-            let name = raw.mahimahi_user.clone().or_else(|| std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root"));
+            let name = raw
+                .mahimahi_user
+                .clone()
+                .or_else(|| std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root"));
             let name = name.ok_or_else(|| {
                 Error::input("--backend mahimahi needs --mahimahi-user NAME: Mahimahi's shells refuse to run as root")
             })?;
@@ -292,7 +328,9 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         None => 10,
         Some(text) => match text.parse::<i32>() {
             Ok(p) if (0..=99).contains(&p) => p,
-            _ => return Err(Error::input(format!("--realtime-priority must be an integer from 0 to 99, got {text:?}"))),
+            _ => {
+                return Err(Error::input(format!("--realtime-priority must be an integer from 0 to 99, got {text:?}")))
+            }
         },
     };
     let mut endpoints = raw.endpoints;
@@ -300,7 +338,12 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         let argv = if command.is_empty() { vec![default_shell()] } else { command };
         endpoints.push(EndpointSpec { side: SideName::Sender, start: 0.0, argv, interactive: true });
     } else if endpoints.is_empty() {
-        endpoints.push(EndpointSpec { side: SideName::Sender, start: 0.0, argv: vec![default_shell()], interactive: true });
+        endpoints.push(EndpointSpec {
+            side: SideName::Sender,
+            start: 0.0,
+            argv: vec![default_shell()],
+            interactive: true,
+        });
     }
     let [uplink_log, downlink_log, datalink_log, acklink_log] = raw.logs.map(|l| l.map(PathBuf::from));
     let mut links = links.into_iter();
@@ -371,10 +414,21 @@ pub(crate) mod tests {
     fn accepts_mahimahi_spellings() {
         let t = trace_file("1\n");
         let Parsed::Run(c) = parse(&args(&[
-            &t, &t, "--uplink-queue=droptail", "--uplink-queue-args=packets=14", "--delay", "28",
-            "--uplink-loss=0.0477", "--run", "sender@3:echo hi", "--stop-after", "30",
+            &t,
+            &t,
+            "--uplink-queue=droptail",
+            "--uplink-queue-args=packets=14",
+            "--delay",
+            "28",
+            "--uplink-loss=0.0477",
+            "--run",
+            "sender@3:echo hi",
+            "--stop-after",
+            "30",
         ]))
-        .unwrap() else { panic!() };
+        .unwrap() else {
+            panic!()
+        };
         assert_eq!(c.uplink.queue, QueueSpec::DropTail { packets: 14, bytes: 0 });
         assert_eq!(c.downlink.queue, QueueSpec::Infinite);
         assert_eq!(c.delay_ms, 28);
@@ -414,5 +468,11 @@ pub(crate) mod tests {
         assert!(matches!(c.backend, Backend::Engine));
         let Parsed::Run(c) = parse(&args(&[&t, &t, "--timing=ideal"])).unwrap() else { panic!() };
         assert_eq!(c.timing, Timing::Ideal);
+    }
+
+    #[test]
+    fn a_root_user_is_refused_with_the_fix() {
+        assert!(User::lookup("root").unwrap_err().message.contains("refuse to run as root"));
+        assert!(User::lookup("no-such-user-here").unwrap_err().message.contains("no such user"));
     }
 }

@@ -124,7 +124,13 @@ impl Ferries {
 
     /// A packet read from the input TUN device at `at_us` (after everything up to `at_us` was
     /// released).
-    pub fn accept(&mut self, packet: Packet, at_us: u64, out: &mut Vec<(u64, Packet)>, observer: &mut dyn LinkObserver) {
+    pub fn accept(
+        &mut self,
+        packet: Packet,
+        at_us: u64,
+        out: &mut Vec<(u64, Packet)>,
+        observer: &mut dyn LinkObserver,
+    ) {
         if self.processes.is_empty() {
             out.push((at_us, packet));
             return;
@@ -137,12 +143,7 @@ impl Ferries {
     /// `out` with the time it was written.
     pub fn release(&mut self, now_us: u64, out: &mut Vec<(u64, Packet)>, observer: &mut dyn LinkObserver) {
         loop {
-            let next = self
-                .processes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| p.next_event().map(|t| (t, i)))
-                .min();
+            let next = self.processes.iter().enumerate().filter_map(|(i, p)| p.next_event().map(|t| (t, i))).min();
             match next {
                 Some((t, i)) if t <= now_us => self.pass(i, t, out, observer),
                 _ => return,
@@ -183,11 +184,7 @@ impl Ferries {
     /// a link waking at an opportunity with nothing to send — change no output and are run
     /// when time is next advanced.)
     pub fn next_wake_us(&self) -> Option<u64> {
-        self.processes
-            .iter()
-            .filter(|p| !p.inbox.is_empty() || p.stage.held() > 0)
-            .filter_map(|p| p.next_event())
-            .min()
+        self.processes.iter().filter(|p| !p.inbox.is_empty() || p.stage.held() > 0).filter_map(|p| p.next_event()).min()
     }
 
     pub fn held(&self) -> usize {
@@ -307,7 +304,10 @@ mod tests {
     #[test]
     fn the_same_seed_gives_the_same_schedule() {
         let run = |seed| {
-            let mut f = Ferries::new(vec![link("1\n"), (Box::new(Loss::new(0.0, 0)) as Box<dyn Timed + Send>, Wakes::WhenHolding), delay(5)], seed);
+            let mut f = Ferries::new(
+                vec![link("1\n"), (Box::new(Loss::new(0.0, 0)) as Box<dyn Timed + Send>, Wakes::WhenHolding), delay(5)],
+                seed,
+            );
             let mut out = Vec::new();
             for k in 0..50u64 {
                 send(&mut f, 1_000 + k * 777, 1500, &mut out);
@@ -328,7 +328,7 @@ mod tests {
         let first = f.next_wake_us().unwrap();
         assert!(LATE.contains(&(first - 4_400)));
         assert!(written(&mut f, first).is_empty()); // the link wrote it into the delay's TUN
-        // The delay process reads it HOP_US later, in ms 4: due at 14 ms, written at its phase.
+                                                    // The delay process reads it HOP_US later, in ms 4: due at 14 ms, written at its phase.
         let read = f.next_wake_us().unwrap();
         assert_eq!(read, first + HOP_US);
         assert!(written(&mut f, read).is_empty());

@@ -246,7 +246,7 @@ mod tests {
         let mut events = Events::default();
         send(&mut link, 0, 100, &mut events); // X: 104 bytes
         send(&mut link, 0, 1500, &mut events); // B: 1504 bytes
-        // At 10, X leaves and B sends 1400 bytes: B is in transit, out of the queue.
+                                               // At 10, X leaves and B sends 1400 bytes: B is in transit, out of the queue.
         assert_eq!(departures(&mut link, 10), vec![(10, 100)]);
         send(&mut link, 11, 1500, &mut events); // C
         send(&mut link, 11, 1500, &mut events); // D: accepted, B on the wire does not count

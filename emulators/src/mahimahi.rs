@@ -13,7 +13,7 @@
 //! Mahimahi-format logs. Everything is gone when the run ends: the shells are killed with
 //! their PID namespace, and their namespaces, devices and NAT rules with them.
 
-use crate::config::Config;
+use crate::config::{Config, User};
 use crate::error::{Error, Result};
 use crate::flows::Flows;
 use crate::logs::DirectionLogs;
@@ -34,33 +34,6 @@ use std::time::{Duration, Instant};
 const PLACEHOLDER: &str = "2147483.25";
 /// How long the shells may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The unprivileged account the shells run as.
-#[derive(Debug, Clone)]
-pub struct User {
-    pub name: String,
-    pub uid: libc::uid_t,
-    pub gid: libc::gid_t,
-}
-
-impl User {
-    pub fn lookup(name: &str) -> Result<User> {
-        let c = CString::new(name).map_err(|_| Error::input("--mahimahi-user contains a NUL byte"))?;
-        let entry = unsafe { libc::getpwnam(c.as_ptr()) };
-        if entry.is_null() {
-            return Err(Error::input(format!(
-                "--mahimahi-user {name}: no such user; name an unprivileged account (e.g. create one with `useradd -m mahimahi`)"
-            )));
-        }
-        let (uid, gid) = unsafe { ((*entry).pw_uid, (*entry).pw_gid) };
-        if uid == 0 {
-            return Err(Error::input(format!(
-                "--mahimahi-user {name} is root, and Mahimahi's shells refuse to run as root: name an unprivileged account"
-            )));
-        }
-        Ok(User { name: name.to_string(), uid, gid })
-    }
-}
 
 /// The Mahimahi command line for `config`, with `traces` as (uplink, downlink) trace paths and
 /// the link logs written to `logs`; each shell only where the path needs it, as the export
@@ -117,7 +90,8 @@ fn find_program(name: &str) -> Result<PathBuf> {
             "--backend mahimahi needs Mahimahi's {name} on PATH; build Mahimahi (./autogen.sh && ./configure && make && sudo make install) or use --backend engine"
         ))
     })?;
-    let meta = std::fs::metadata(&found).map_err(|e| Error::environment(format!("cannot inspect {}: {e}", found.display())))?;
+    let meta = std::fs::metadata(&found)
+        .map_err(|e| Error::environment(format!("cannot inspect {}: {e}", found.display())))?;
     if meta.uid() != 0 || meta.mode() & 0o4000 == 0 {
         return Err(Error::environment(format!(
             "{} is not setuid root, so it cannot create its namespaces: install Mahimahi with `make install` (it sets the bit) or `chown root {0} && chmod u+s {0}`",
@@ -136,18 +110,27 @@ fn shell_quote(word: &str) -> String {
 }
 
 fn make_workdir(user: &User) -> Result<PathBuf> {
-    let template = CString::new(std::env::temp_dir().join("calibrate-mahimahi-XXXXXX").display().to_string()).expect("path");
+    let template =
+        CString::new(std::env::temp_dir().join("calibrate-mahimahi-XXXXXX").display().to_string()).expect("path");
     let mut raw = template.into_bytes_with_nul();
     let made = unsafe { libc::mkdtemp(raw.as_mut_ptr() as *mut libc::c_char) };
     if made.is_null() {
-        return Err(Error::environment(format!("cannot create a working directory: {}", std::io::Error::last_os_error())));
+        return Err(Error::environment(format!(
+            "cannot create a working directory: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     raw.pop();
     let dir = PathBuf::from(String::from_utf8(raw).expect("utf-8 path"));
     let c = CString::new(dir.display().to_string()).expect("path");
     if unsafe { libc::chown(c.as_ptr(), user.uid, user.gid) } != 0 {
         let _ = std::fs::remove_dir_all(&dir);
-        return Err(Error::environment(format!("cannot hand {} to {}: {}", dir.display(), user.name, std::io::Error::last_os_error())));
+        return Err(Error::environment(format!(
+            "cannot hand {} to {}: {}",
+            dir.display(),
+            user.name,
+            std::io::Error::last_os_error()
+        )));
     }
     Ok(dir)
 }
@@ -163,13 +146,10 @@ fn make_workdir(user: &User) -> Result<PathBuf> {
 /// scheduling.
 ///
 /// It matters: Mahimahi's ferry processes are ordinary tasks, and where they wait for one
-/// another's CPU a loss-limited flow sees it. By hand on a 2-core host at 100 Mbit/s, 5 ms and
-/// 30 packets, Linux cubic got 67 % of the link through shells under normal scheduling, sent in
-/// on-off bursts of a window (about 300 gaps of 3 ms or more in 10 s), and 86 % through the same
-/// shells at SCHED_FIFO (about 15 gaps), as in the engine (85 %). The timer slack and the
-/// endpoints' priority made no difference, and BBR's standing queue at 12 Mbit/s is the same
-/// either way (experiments/README.md, "The shallow-buffer gap is how the host schedules
-/// Mahimahi's shells").
+/// another's CPU a loss-limited flow sees it: on a small host under normal scheduling a fast,
+/// shallow-buffered link goes in on-off bursts of a window, and cubic gets far less of it than
+/// through the same shells at SCHED_FIFO, which match the engine (experiments/README.md, "The
+/// shallow-buffer gap is how the host schedules Mahimahi's shells").
 fn scheduling_prefix(realtime_priority: i32) -> String {
     if realtime_priority > 0 {
         let above_the_taps = (realtime_priority + 1).min(99);
@@ -213,7 +193,11 @@ fn last_line(path: &Path) -> String {
 
 impl Shells {
     /// Start the shells for `config` as `user` and wait until the path is up.
-    pub fn start(config: &Config, user: &User, spawn: impl Fn(&[String], RawFd) -> Result<libc::pid_t>) -> Result<Shells> {
+    pub fn start(
+        config: &Config,
+        user: &User,
+        spawn: impl Fn(&[String], RawFd) -> Result<libc::pid_t>,
+    ) -> Result<Shells> {
         for program in ["mm-delay", "mm-loss", "mm-link"] {
             let needed = match program {
                 "mm-delay" => config.delay_ms > 0,
@@ -239,7 +223,9 @@ impl Shells {
             let copy = workdir.join(name);
             std::fs::copy(&link.trace_path, &copy)
                 .and_then(|_| std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)))
-                .map_err(|e| cleanup(Error::environment(format!("cannot copy the trace {}: {e}", link.trace_path.display()))))?;
+                .map_err(|e| {
+                    cleanup(Error::environment(format!("cannot copy the trace {}: {e}", link.trace_path.display())))
+                })?;
             traces.push(copy);
         }
         let (up_log, down_log) = (workdir.join("uplink.log"), workdir.join("downlink.log"));
@@ -397,7 +383,13 @@ impl Measurement {
     /// After the shells have stopped: the delivery opportunities and queue drops from their
     /// `mm-link` logs go into the Pantheon logs (as the engine's do), the logs are copied where
     /// they were asked for, and the per-direction summary is returned.
-    pub fn finish(&mut self, shells: &Shells, config: &Config, init_ms: u64, logs: &mut [DirectionLogs; 2]) -> Result<[serde_json::Value; 2]> {
+    pub fn finish(
+        &mut self,
+        shells: &Shells,
+        config: &Config,
+        init_ms: u64,
+        logs: &mut [DirectionLogs; 2],
+    ) -> Result<[serde_json::Value; 2]> {
         let sources = [shells.uplink_log(), shells.downlink_log()];
         let targets = [&config.uplink_log, &config.downlink_log];
         let mut drops = [0u64; 2];
@@ -406,7 +398,9 @@ impl Measurement {
             let offset = mahimahi_init(&text).map(|mm| mm as i64 - init_ms as i64).unwrap_or(0);
             for line in text.lines().filter(|l| !l.starts_with('#')) {
                 let mut words = line.split_whitespace();
-                let (Some(t), Some(kind)) = (words.next().and_then(|t| t.parse::<i64>().ok()), words.next()) else { continue };
+                let (Some(t), Some(kind)) = (words.next().and_then(|t| t.parse::<i64>().ok()), words.next()) else {
+                    continue;
+                };
                 let ours = t + offset;
                 if kind == "#" && ours >= 0 {
                     if let Some(log) = &mut logs[d].pantheon {
@@ -417,7 +411,8 @@ impl Measurement {
                 }
             }
             if let Some(target) = targets[d] {
-                std::fs::write(target, &text).map_err(|e| Error::runtime(format!("cannot write {}: {e}", target.display())))?;
+                std::fs::write(target, &text)
+                    .map_err(|e| Error::runtime(format!("cannot write {}: {e}", target.display())))?;
             }
         }
         let tap_drops: u64 = shells.taps.iter().map(Tap::drops).sum();
@@ -459,13 +454,23 @@ mod tests {
     #[test]
     fn the_command_line_has_each_shell_only_where_the_path_needs_it() {
         let p = Path::new;
-        let c = config(&["--delay", "20", "--uplink-loss", "0.01", "--uplink-queue=droptail", "--uplink-queue-args=packets=100"]);
+        let c = config(&[
+            "--delay",
+            "20",
+            "--uplink-loss",
+            "0.01",
+            "--uplink-queue=droptail",
+            "--uplink-queue-args=packets=100",
+        ]);
         assert_eq!(
             shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "),
             "mm-delay 20 mm-loss uplink 0.01 mm-link u d --uplink-queue=droptail --uplink-queue-args=packets=100 --uplink-log=ul --downlink-log=dl"
         );
         let c = config(&["--downlink-loss", "0.5"]);
-        assert_eq!(shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "), "mm-loss downlink 0.5 mm-link u d --uplink-log=ul --downlink-log=dl");
+        assert_eq!(
+            shell_command(&c, (p("u"), p("d")), (p("ul"), p("dl"))).join(" "),
+            "mm-loss downlink 0.5 mm-link u d --uplink-log=ul --downlink-log=dl"
+        );
     }
 
     #[test]
@@ -486,13 +491,10 @@ mod tests {
     }
 
     #[test]
-    fn a_root_user_is_refused_with_the_fix() {
-        assert!(User::lookup("root").unwrap_err().message.contains("refuse to run as root"));
-        assert!(User::lookup("no-such-user-here").unwrap_err().message.contains("no such user"));
-    }
-
-    #[test]
     fn the_mahimahi_log_init_timestamp_is_read() {
-        assert_eq!(mahimahi_init("# mahimahi mm-link (Uplink)\n# init timestamp: 1795344073412\n# base timestamp: 35\n"), Some(1795344073412));
+        assert_eq!(
+            mahimahi_init("# mahimahi mm-link (Uplink)\n# init timestamp: 1795344073412\n# base timestamp: 35\n"),
+            Some(1795344073412)
+        );
     }
 }

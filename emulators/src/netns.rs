@@ -129,7 +129,10 @@ pub fn device_address(netns: i32, device: Option<&str>, address: Option<Ipv4Addr
                 };
                 for name in names {
                     let mut request = IfReq::new(&name);
-                    if unsafe { libc::ioctl(control.as_raw_fd(), SIOCGIFADDR, &mut request as *mut IfReq as *mut c_void) } < 0 {
+                    if unsafe {
+                        libc::ioctl(control.as_raw_fd(), SIOCGIFADDR, &mut request as *mut IfReq as *mut c_void)
+                    } < 0
+                    {
                         continue;
                     }
                     let found = Ipv4Addr::new(request.data[4], request.data[5], request.data[6], request.data[7]);

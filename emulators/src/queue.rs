@@ -27,9 +27,15 @@ pub trait PacketQueue {
 pub enum QueueSpec {
     Infinite,
     /// Accept a packet only if the queue, with it, stays within both limits (0 = no limit).
-    DropTail { packets: usize, bytes: usize },
+    DropTail {
+        packets: usize,
+        bytes: usize,
+    },
     /// Accept every packet, then drop from the head until the limits hold.
-    DropHead { packets: usize, bytes: usize },
+    DropHead {
+        packets: usize,
+        bytes: usize,
+    },
 }
 
 impl QueueSpec {
@@ -56,9 +62,9 @@ impl QueueSpec {
             "codel" | "pie" => Err(Error::input(format!(
                 "queue type {kind:?} is not implemented yet; available: infinite, droptail, drophead"
             ))),
-            other => Err(Error::input(format!(
-                "unknown queue type {other:?}; available: infinite, droptail, drophead"
-            ))),
+            other => {
+                Err(Error::input(format!("unknown queue type {other:?}; available: infinite, droptail, drophead")))
+            }
         }
     }
 
@@ -211,8 +217,14 @@ mod tests {
             QueueSpec::parse("droptail", "packets=100 bytes=30000").unwrap(),
             QueueSpec::DropTail { packets: 100, bytes: 30000 }
         );
-        assert_eq!(QueueSpec::parse("drophead", "bytes=9000").unwrap(), QueueSpec::DropHead { packets: 0, bytes: 9000 });
-        assert_eq!(QueueSpec::DropTail { packets: 100, bytes: 30000 }.describe(), "droptail [bytes=30000, packets=100]");
+        assert_eq!(
+            QueueSpec::parse("drophead", "bytes=9000").unwrap(),
+            QueueSpec::DropHead { packets: 0, bytes: 9000 }
+        );
+        assert_eq!(
+            QueueSpec::DropTail { packets: 100, bytes: 30000 }.describe(),
+            "droptail [bytes=30000, packets=100]"
+        );
         assert_eq!(QueueSpec::DropTail { packets: 14, bytes: 0 }.describe(), "droptail [packets=14]");
     }
 

@@ -3,20 +3,20 @@
 //! deadline. Deadline-driven: a late wake-up releases everything that became due, at the
 //! times it was scheduled, so lateness adds jitter but never shifts the schedule.
 
+use crate::config::Backend;
 use crate::config::Config;
 use crate::delay::Delay;
-use crate::config::Backend;
 use crate::endpoint::{self, EndpointSpec, SideName};
-use crate::mahimahi::{Measurement, Shells};
 use crate::error::{Error, Result};
+use crate::ferry::{Ferries, Timed, Timing, Wakes};
 use crate::flows::Flows;
 use crate::lateness::Lateness;
 use crate::link::Link;
 use crate::logs::{DirectionLogs, LinkDescription, MahimahiLog, PantheonLog};
 use crate::loss::Loss;
+use crate::mahimahi::{Measurement, Shells};
 use crate::netns::{self, Side, RECEIVER_ADDRESS, SENDER_ADDRESS};
 use crate::packet::{Packet, OPPORTUNITY_BYTES, TUN_HEADER};
-use crate::ferry::{Ferries, Timed, Timing, Wakes};
 use crate::stage::{Pipeline, Stage};
 use serde_json::json;
 use std::os::fd::{AsRawFd, RawFd};
@@ -148,7 +148,10 @@ impl Direction {
 }
 
 /// One direction of the path, with Mahimahi's timing or the idealised one.
-#[allow(clippy::large_enum_variant, reason = "two per run, made once; boxing would add an indirection on the packet path")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "two per run, made once; boxing would add an indirection on the packet path"
+)]
 enum Path {
     Mahimahi(Ferries),
     Ideal(Pipeline),
@@ -166,13 +169,17 @@ impl Path {
         let link_stage = Link::new(link.trace.clone(), link.queue, 0);
         match config.timing {
             Timing::Ideal => {
-                let stages: Vec<Box<dyn Stage + Send>> =
-                    vec![Box::new(link_stage), Box::new(Loss::new(link.loss, seed)), Box::new(Delay::new(config.delay_ms))];
+                let stages: Vec<Box<dyn Stage + Send>> = vec![
+                    Box::new(link_stage),
+                    Box::new(Loss::new(link.loss, seed)),
+                    Box::new(Delay::new(config.delay_ms)),
+                ];
                 Path::Ideal(Pipeline::new(if data_direction { stages } else { stages.into_iter().rev().collect() }))
             }
             Timing::Mahimahi => {
                 // From the innermost shell out: mm-link, mm-loss downlink, mm-loss uplink, mm-delay.
-                let mut shells: Vec<(Box<dyn Timed + Send>, Wakes)> = vec![(Box::new(link_stage), Wakes::EveryOpportunity)];
+                let mut shells: Vec<(Box<dyn Timed + Send>, Wakes)> =
+                    vec![(Box::new(link_stage), Wakes::EveryOpportunity)];
                 for (shell_direction_is_data, p) in [(false, config.downlink.loss), (true, config.uplink.loss)] {
                     if p > 0.0 {
                         let here = if shell_direction_is_data == data_direction { link.loss } else { 0.0 };
@@ -197,7 +204,13 @@ impl Path {
         }
     }
 
-    fn release(&mut self, now_us: u64, out: &mut Vec<(u64, Packet)>, scratch: &mut Vec<Packet>, logs: &mut DirectionLogs) {
+    fn release(
+        &mut self,
+        now_us: u64,
+        out: &mut Vec<(u64, Packet)>,
+        scratch: &mut Vec<Packet>,
+        logs: &mut DirectionLogs,
+    ) {
         match self {
             Path::Mahimahi(ferries) => ferries.release(now_us, out, logs),
             Path::Ideal(pipeline) => {
@@ -288,7 +301,10 @@ fn signal_name(signal: i32) -> &'static str {
 }
 
 /// What carries the packets: the engine's own link, or the user's Mahimahi shells.
-#[allow(clippy::large_enum_variant, reason = "one per run, made once; boxing would add an indirection on the packet path")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per run, made once; boxing would add an indirection on the packet path"
+)]
 enum Emulation {
     Engine { sender: Side, receiver: Side, directions: [Direction; 2] },
     Mahimahi { shells: Shells, measurement: Measurement, logs: [DirectionLogs; 2], init_us: u64 },
@@ -329,11 +345,17 @@ impl Emulation {
             }
             Backend::Mahimahi(user) => {
                 let spawn = |argv: &[String], netns: RawFd| {
-                    let spec = EndpointSpec { side: SideName::Receiver, start: 0.0, argv: argv.to_vec(), interactive: false };
+                    let spec =
+                        EndpointSpec { side: SideName::Receiver, start: 0.0, argv: argv.to_vec(), interactive: false };
                     endpoint::spawn(&spec, netns, &[])
                 };
                 let shells = Shells::start(config, user, spawn)?;
-                Ok(Emulation::Mahimahi { shells, measurement: Measurement::default(), logs, init_us: clock.init_timestamp_ms * 1000 })
+                Ok(Emulation::Mahimahi {
+                    shells,
+                    measurement: Measurement::default(),
+                    logs,
+                    init_us: clock.init_timestamp_ms * 1000,
+                })
             }
         }
     }
@@ -378,10 +400,18 @@ impl Emulation {
     /// The namespace an endpoint of `name` runs in, and its environment.
     fn side(&self, name: SideName) -> (RawFd, Vec<(String, String)>) {
         let (netns, address, peer) = match (self, name) {
-            (Emulation::Engine { sender, .. }, SideName::Sender) => (sender.netns.as_raw_fd(), sender.address, sender.peer),
-            (Emulation::Engine { receiver, .. }, SideName::Receiver) => (receiver.netns.as_raw_fd(), receiver.address, receiver.peer),
-            (Emulation::Mahimahi { shells, .. }, SideName::Sender) => (shells.inner.as_raw_fd(), shells.sender_address, shells.receiver_address),
-            (Emulation::Mahimahi { shells, .. }, SideName::Receiver) => (shells.outer.as_raw_fd(), shells.receiver_address, shells.sender_address),
+            (Emulation::Engine { sender, .. }, SideName::Sender) => {
+                (sender.netns.as_raw_fd(), sender.address, sender.peer)
+            }
+            (Emulation::Engine { receiver, .. }, SideName::Receiver) => {
+                (receiver.netns.as_raw_fd(), receiver.address, receiver.peer)
+            }
+            (Emulation::Mahimahi { shells, .. }, SideName::Sender) => {
+                (shells.inner.as_raw_fd(), shells.sender_address, shells.receiver_address)
+            }
+            (Emulation::Mahimahi { shells, .. }, SideName::Receiver) => {
+                (shells.outer.as_raw_fd(), shells.receiver_address, shells.sender_address)
+            }
         };
         let mut env = vec![
             ("EMU_SIDE".to_string(), name.as_str().to_string()),
@@ -428,8 +458,9 @@ const TAP_MARGIN_US: u64 = 20_000;
 
 /// Run the emulation described by `config`; returns the process exit status.
 pub fn run(config: Config) -> Result<i32> {
-    let signalfd = endpoint::block_into_signalfd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGCHLD])
-        .map_err(|e| Error::runtime(format!("cannot set up signal handling: {e}")))?;
+    let signalfd =
+        endpoint::block_into_signalfd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGCHLD])
+            .map_err(|e| Error::runtime(format!("cannot set up signal handling: {e}")))?;
     unsafe {
         libc::fcntl(signalfd, libc::F_SETFL, libc::O_NONBLOCK);
         // Wake-ups as close to the deadline as the kernel allows (the default slack is 50 µs).
@@ -456,13 +487,30 @@ pub fn run(config: Config) -> Result<i32> {
     let mut endpoints: Vec<Running> = config
         .endpoints
         .iter()
-        .map(|spec| Running { spec: spec.clone(), pid: None, exit_code: None, ended_us: None, stopped_by_engine: false })
+        .map(|spec| Running {
+            spec: spec.clone(),
+            pid: None,
+            exit_code: None,
+            ended_us: None,
+            stopped_by_engine: false,
+        })
         .collect();
     // Mahimahi's shells are one more process to stop at the end, and to watch: if they die,
     // the path is gone.
     let shells_index = if let Emulation::Mahimahi { shells, .. } = &emulation {
-        let spec = EndpointSpec { side: SideName::Receiver, start: 0.0, argv: vec![shells.command.clone()], interactive: false };
-        endpoints.push(Running { spec, pid: Some(shells.pid), exit_code: None, ended_us: None, stopped_by_engine: false });
+        let spec = EndpointSpec {
+            side: SideName::Receiver,
+            start: 0.0,
+            argv: vec![shells.command.clone()],
+            interactive: false,
+        };
+        endpoints.push(Running {
+            spec,
+            pid: Some(shells.pid),
+            exit_code: None,
+            ended_us: None,
+            stopped_by_engine: false,
+        });
         Some(endpoints.len() - 1)
     } else {
         None
@@ -511,7 +559,10 @@ pub fn run(config: Config) -> Result<i32> {
         ];
         let timeout = wake_us.map(|w| {
             let wait = w.saturating_sub(clock.now_us());
-            libc::timespec { tv_sec: (wait / 1_000_000) as libc::time_t, tv_nsec: ((wait % 1_000_000) * 1000) as libc::c_long }
+            libc::timespec {
+                tv_sec: (wait / 1_000_000) as libc::time_t,
+                tv_nsec: ((wait % 1_000_000) * 1000) as libc::c_long,
+            }
         });
         let timeout_ptr = timeout.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
         let ready = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ptr, std::ptr::null()) };
@@ -613,7 +664,11 @@ pub fn run(config: Config) -> Result<i32> {
         StopReason::EndpointExited(i) if Some(i) == shells_index => Err(Error::runtime(format!(
             "Mahimahi's shells exited on their own after {:.2} s ({}); everything was stopped",
             endpoints[i].ended_us.unwrap_or(0) as f64 / 1e6,
-            if shells_errors.is_empty() { format!("status {}", endpoints[i].exit_code.unwrap_or(255)) } else { shells_errors }
+            if shells_errors.is_empty() {
+                format!("status {}", endpoints[i].exit_code.unwrap_or(255))
+            } else {
+                shells_errors
+            }
         ))),
         StopReason::EndpointExited(i) => {
             let r = &endpoints[i];

@@ -88,7 +88,8 @@ mod tests {
     use std::sync::Arc;
 
     fn chain(data_direction: bool) -> Pipeline {
-        let link: Box<dyn Stage + Send> = Box::new(Link::new(Arc::new(Trace::parse("1\n", "t").unwrap()), QueueSpec::Infinite, 0));
+        let link: Box<dyn Stage + Send> =
+            Box::new(Link::new(Arc::new(Trace::parse("1\n", "t").unwrap()), QueueSpec::Infinite, 0));
         let loss: Box<dyn Stage + Send> = Box::new(Loss::new(0.0, 1));
         let delay: Box<dyn Stage + Send> = Box::new(Delay::new(20));
         Pipeline::new(if data_direction { vec![link, loss, delay] } else { vec![delay, loss, link] })

@@ -46,7 +46,11 @@ impl Tap {
                     }
                     let protocol = (libc::ETH_P_ALL as u16).to_be() as i32;
                     let fd = unsafe {
-                        libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, protocol)
+                        libc::socket(
+                            libc::AF_PACKET,
+                            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                            protocol,
+                        )
                     };
                     if fd < 0 {
                         return Err(os_error("opening a packet socket"));
@@ -121,9 +125,19 @@ impl Tap {
         let mut stats = [0u32; 2];
         let mut size = 8 as libc::socklen_t;
         let r = unsafe {
-            libc::getsockopt(self.fd.as_raw_fd(), libc::SOL_PACKET, libc::PACKET_STATISTICS, stats.as_mut_ptr() as *mut libc::c_void, &mut size)
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                stats.as_mut_ptr() as *mut libc::c_void,
+                &mut size,
+            )
         };
-        if r == 0 { u64::from(stats[1]) } else { 0 }
+        if r == 0 {
+            u64::from(stats[1])
+        } else {
+            0
+        }
     }
 }
 
@@ -146,9 +160,9 @@ pub fn identity(packet: &[u8]) -> Option<u64> {
     hash.write(&[protocol]);
     hash.write(&packet[2..6]); // total length, identification
     let (from, skip) = match protocol {
-        6 => (4, Some(16..18)),  // TCP: after the ports; checksum at 16
-        17 => (8, None),         // UDP: the payload
-        1 => (6, None),          // ICMP: after type, code, checksum and the identifier NAT may rewrite
+        6 => (4, Some(16..18)), // TCP: after the ports; checksum at 16
+        17 => (8, None),        // UDP: the payload
+        1 => (6, None),         // ICMP: after type, code, checksum and the identifier NAT may rewrite
         _ => (0, None),
     };
     let end = transport.len().min(from + 64);

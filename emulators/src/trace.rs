@@ -50,10 +50,10 @@ impl Trace {
     }
 
     pub fn read(path: &Path) -> Result<Trace> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::input(format!("cannot read trace file {}: {e}", path.display())))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| Error::input(format!("{}: not a text file", path.display())))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| Error::input(format!("cannot read trace file {}: {e}", path.display())))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| Error::input(format!("{}: not a text file", path.display())))?;
         Trace::parse(&text, &path.display().to_string())
     }
 

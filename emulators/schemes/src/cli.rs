@@ -26,12 +26,22 @@ SCHEME receiver IP PORT (sender-first)";
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Help,
-    List { json: bool },
+    List {
+        json: bool,
+    },
     RunFirst(String),
     /// deps / setup / setup_after_reboot: nothing to install for built-in schemes.
     NoOp(String),
-    Receiver { scheme: String, listen: Option<u16>, peer: Option<SocketAddr> },
-    Sender { scheme: String, listen: Option<u16>, peer: Option<SocketAddr> },
+    Receiver {
+        scheme: String,
+        listen: Option<u16>,
+        peer: Option<SocketAddr>,
+    },
+    Sender {
+        scheme: String,
+        listen: Option<u16>,
+        peer: Option<SocketAddr>,
+    },
 }
 
 /// A usage error: message for one line on stderr.
@@ -70,9 +80,9 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             let (listen, peer) = endpoint_args(&args[2..2 + rest.len()])?;
             Ok(Command::Sender { scheme: scheme.to_string(), listen, peer })
         }
-        [_, other, ..] => Err(UsageError(format!(
-            "unknown sub-command {other:?} (expected run_first, receiver or sender)"
-        ))),
+        [_, other, ..] => {
+            Err(UsageError(format!("unknown sub-command {other:?} (expected run_first, receiver or sender)")))
+        }
     }
 }
 
@@ -112,9 +122,13 @@ fn run_endpoint(scheme: &Scheme, role: RunFirst, listen: Option<u16>, peer: Opti
     let timeout = net::connect_timeout();
     match (&scheme.implementation, role) {
         (Implementation::KernelTcp(cc), RunFirst::Receiver) => tcp::run_receiver(cc, listen.expect("checked"), stats),
-        (Implementation::KernelTcp(cc), RunFirst::Sender) => tcp::run_sender(cc, peer.expect("checked"), stats, timeout),
+        (Implementation::KernelTcp(cc), RunFirst::Sender) => {
+            tcp::run_sender(cc, peer.expect("checked"), stats, timeout)
+        }
         (Implementation::Quic(cc), RunFirst::Sender) => quic::run_sender(*cc, listen.expect("checked"), stats),
-        (Implementation::Quic(cc), RunFirst::Receiver) => quic::run_receiver(*cc, peer.expect("checked"), stats, timeout),
+        (Implementation::Quic(cc), RunFirst::Receiver) => {
+            quic::run_receiver(*cc, peer.expect("checked"), stats, timeout)
+        }
         (Implementation::Udp(_), RunFirst::Receiver) => transport::run_receiver(listen.expect("checked"), stats),
         (Implementation::Udp(cc), RunFirst::Sender) => {
             let peer = peer.expect("checked");
@@ -151,7 +165,8 @@ pub fn run(args: Vec<String>) -> i32 {
         Command::RunFirst(name) => registry::find(&name).map(|s| println!("{}", s.run_first.as_str())),
         Command::NoOp(name) => registry::find(&name).map(|_| ()),
         Command::Receiver { scheme, listen, peer } | Command::Sender { scheme, listen, peer } => {
-            let role = if args.get(2).map(String::as_str) == Some("receiver") { RunFirst::Receiver } else { RunFirst::Sender };
+            let role =
+                if args.get(2).map(String::as_str) == Some("receiver") { RunFirst::Receiver } else { RunFirst::Sender };
             match usable(&scheme) {
                 Err(e) => Err(e),
                 Ok(s) => match check_form(&s, role, listen) {
@@ -196,13 +211,26 @@ mod tests {
         );
         assert_eq!(
             parse(&args("quic-cubic receiver fd00::1 443")),
-            Ok(Command::Receiver { scheme: "quic-cubic".into(), listen: None, peer: Some("[fd00::1]:443".parse().unwrap()) })
+            Ok(Command::Receiver {
+                scheme: "quic-cubic".into(),
+                listen: None,
+                peer: Some("[fd00::1]:443".parse().unwrap())
+            })
         );
     }
 
     #[test]
     fn rejects_bad_arguments() {
-        for bad in ["", "cubic", "cubic dance", "cubic sender", "cubic sender a b c", "cubic receiver 0", "cubic sender host 5000", "list --yaml"] {
+        for bad in [
+            "",
+            "cubic",
+            "cubic dance",
+            "cubic sender",
+            "cubic sender a b c",
+            "cubic receiver 0",
+            "cubic sender host 5000",
+            "list --yaml",
+        ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?} should fail");
         }
     }

@@ -28,8 +28,7 @@ pub fn parse_port(text: &str) -> Result<u16, String> {
 }
 
 pub fn parse_ip(text: &str) -> Result<IpAddr, String> {
-    text.parse::<IpAddr>()
-        .map_err(|_| format!("invalid IP address {text:?}: expected e.g. 10.0.0.2 or fd00::2"))
+    text.parse::<IpAddr>().map_err(|_| format!("invalid IP address {text:?}: expected e.g. 10.0.0.2 or fd00::2"))
 }
 
 /// The unspecified address of the peer's family, for binding the connecting side.
@@ -44,10 +43,7 @@ pub fn unspecified_for(peer: &SocketAddr) -> SocketAddr {
 /// unless `bindv6only` is set) and fall back to `0.0.0.0` where IPv6 is disabled, as it
 /// often is inside network namespaces.
 pub fn listen_addrs(port: u16) -> [SocketAddr; 2] {
-    [
-        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
-    ]
+    [SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port), SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)]
 }
 
 pub fn bind_udp(port: u16) -> io::Result<UdpSocket> {
@@ -81,13 +77,7 @@ pub fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<
 pub fn setsockopt_bytes(fd: i32, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
     // SAFETY: passes a live byte slice and its length.
     let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            value.as_ptr() as *const libc::c_void,
-            value.len() as libc::socklen_t,
-        )
+        libc::setsockopt(fd, level, name, value.as_ptr() as *const libc::c_void, value.len() as libc::socklen_t)
     };
     if rc == 0 {
         Ok(())
@@ -100,9 +90,7 @@ pub fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
     let mut value: i32 = 0;
     let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
     // SAFETY: value and len are live and sized for an int option.
-    let rc = unsafe {
-        libc::getsockopt(fd, level, name, &mut value as *mut i32 as *mut libc::c_void, &mut len)
-    };
+    let rc = unsafe { libc::getsockopt(fd, level, name, &mut value as *mut i32 as *mut libc::c_void, &mut len) };
     if rc == 0 {
         Ok(value)
     } else {
@@ -139,9 +127,7 @@ pub fn set_buffer(fd: i32, which: Buffer, bytes: usize) -> io::Result<usize> {
 pub fn set_fragmentation(sock: &UdpSocket, peer: &SocketAddr, allowed: bool) -> io::Result<()> {
     let fd = sock.as_raw_fd();
     match (peer, allowed) {
-        (SocketAddr::V4(_), false) => {
-            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
-        }
+        (SocketAddr::V4(_), false) => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO),
         (SocketAddr::V4(_), true) => {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_WANT)
         }
@@ -164,11 +150,7 @@ pub struct Ready {
 /// Waits until `fd` is readable (or writable, if asked) or `timeout` passes. Uses ppoll
 /// because the pacer needs waits far shorter than poll's millisecond granularity.
 pub fn wait(fd: i32, want_write: bool, timeout: Option<Duration>) -> io::Result<Ready> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN | if want_write { libc::POLLOUT } else { 0 },
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN | if want_write { libc::POLLOUT } else { 0 }, revents: 0 };
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,

@@ -282,8 +282,9 @@ pub fn run_receiver(cc: QuicCc, peer: SocketAddr, stats: Arc<Stats>, connect_tim
     let config = client_config(cc)?;
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     runtime()?.block_on(async move {
-        let endpoint = quinn::Endpoint::new(EndpointConfig::default(), None, sized_socket(sock), Arc::new(quinn::TokioRuntime))
-            .map_err(|e| format!("cannot start the QUIC endpoint: {e}"))?;
+        let endpoint =
+            quinn::Endpoint::new(EndpointConfig::default(), None, sized_socket(sock), Arc::new(quinn::TokioRuntime))
+                .map_err(|e| format!("cannot start the QUIC endpoint: {e}"))?;
         let conn = connect_with_retry(&endpoint, config, peer, connect_timeout).await?;
         if cc == QuicCc::Cubic2017 {
             return receive_2017(&conn, &stats).await;

@@ -195,7 +195,8 @@ fn parse_registry(text: &str) -> Result<Vec<Entry>, String> {
             continue; // Pantheon's scheme, not implemented here
         }
         let field = |key: &str| imp[key].as_str().ok_or_else(|| format!("{name}: implementation.{key} missing"));
-        let implementation = Implementation::of(field("kind")?, field("controller")?).map_err(|e| format!("{name}: {e}"))?;
+        let implementation =
+            Implementation::of(field("kind")?, field("controller")?).map_err(|e| format!("{name}: {e}"))?;
         if matches!(&implementation, Implementation::KernelTcp(cc) if cc != name) {
             return Err(format!("{name}: a kernel-tcp scheme is named after its congestion control"));
         }
@@ -262,9 +263,9 @@ fn kernel_schemes() -> Vec<Scheme> {
                      try `modprobe tcp_{cc}`)"
                 )),
                 (_, Err(e)) if !is_root => Some(e.clone()),
-                (_, Ok(al)) if !is_root && !al.contains(&cc) => Some(format!(
-                    "{cc} is not in net.ipv4.tcp_allowed_congestion_control and this user is not root"
-                )),
+                (_, Ok(al)) if !is_root && !al.contains(&cc) => {
+                    Some(format!("{cc} is not in net.ipv4.tcp_allowed_congestion_control and this user is not root"))
+                }
                 _ => None,
             };
             Scheme {
@@ -381,7 +382,8 @@ mod tests {
     #[test]
     fn inconsistent_registry_entries_are_refused() {
         let entry = |imp: &str| format!(r#"{{"schemes": [{{"name": "x", "implementation": {imp}}}]}}"#);
-        let quic_receiver = entry(r#"{"kind": "quic", "controller": "cubic", "run_first": "receiver", "description": ""}"#);
+        let quic_receiver =
+            entry(r#"{"kind": "quic", "controller": "cubic", "run_first": "receiver", "description": ""}"#);
         assert!(parse_registry(&quic_receiver).unwrap_err().contains("sender runs first"));
         let unknown = entry(r#"{"kind": "udp", "controller": "nope", "run_first": "receiver", "description": ""}"#);
         assert!(parse_registry(&unknown).unwrap_err().contains("no UDP controller"));

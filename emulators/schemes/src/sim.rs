@@ -205,4 +205,3 @@ mod tests {
         assert!(o.dropped_packets > 0);
     }
 }
-

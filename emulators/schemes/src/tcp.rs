@@ -12,10 +12,10 @@
 //!   (Ubuntu's defaults: `tcp_wmem` 4096 16384 4194304, `tcp_rmem` 4096 87380 6291456;
 //!   emulators/src/netns.rs): on an unbounded queue only these buffers bound a flow, so they
 //!   decide how much queue Pantheon's default_tcp built (about 2 s at 10 Mbit/s).
-//! * Measured (experiments/README.md, "Which senders the gap is about"): with forced 64 MiB
-//!   buffers, `TCP_NOTSENT_LOWAT` and 1 MiB reads and writes, as before, the engine carried
-//!   these flows at 86 % of a 100 Mbit/s, 30-packet link where real Mahimahi carries them, and
-//!   iperf 2's, at 66–68 %; like iperf 2 they lose as iperf 2's flows do.
+//! * Why iperf 2's buffers (experiments/README.md, "Which senders the gap is about"): with forced
+//!   64 MiB buffers, `TCP_NOTSENT_LOWAT` and 1 MiB reads and writes the engine carries these
+//!   flows at 86 % of a 100 Mbit/s, 30-packet link where real Mahimahi carries them, and iperf
+//!   2's, at 66–68 %; with iperf 2's buffers they lose as iperf 2's flows do.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -75,7 +75,12 @@ fn discard(mut stream: TcpStream, stats: &Stats) {
 /// `*local_port` (0: any; set to the port used). Every try of one sender leaves from the same
 /// port, so a refused try is the same connection as the one that succeeds (one 5-tuple, one
 /// flow in the logs) rather than a flow of its own.
-fn try_connect(peer: &SocketAddr, cc: &str, deadline: Instant, local_port: &mut u16) -> Result<TcpStream, std::io::Error> {
+fn try_connect(
+    peer: &SocketAddr,
+    cc: &str,
+    deadline: Instant,
+    local_port: &mut u16,
+) -> Result<TcpStream, std::io::Error> {
     let family = if peer.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     // SAFETY: plain socket(2); the descriptor is owned by the TcpStream below or closed.
     let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };

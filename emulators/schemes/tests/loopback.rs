@@ -168,13 +168,8 @@ fn list_shows_at_least_ten_available_schemes() {
     let out = Command::new(BIN).args(["list", "--json"]).output().unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let available: Vec<&str> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["available"] == true)
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let available: Vec<&str> =
+        v.as_array().unwrap().iter().filter(|s| s["available"] == true).map(|s| s["name"].as_str().unwrap()).collect();
     for name in ["quic-cubic", "quic-newreno", "quic-bbr", "udp-vegas", "udp-copa", "udp-ledbat", "udp-saturator"] {
         assert!(available.contains(&name), "{name} not available: {available:?}");
     }

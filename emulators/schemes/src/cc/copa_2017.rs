@@ -159,8 +159,7 @@ impl Copa2017 {
     /// Whether the loop's pacing test `last_send + intersend ≤ now` holds back a packet.
     /// (Rounded up to the nanosecond, so the timer set for that instant finds it open.)
     fn check_pacer(&mut self, now: Duration) {
-        let open_at =
-            Duration::from_nanos(((self.last_send_ms + self.intersend_ms) * 1e6).ceil().max(0.0) as u64);
+        let open_at = Duration::from_nanos(((self.last_send_ms + self.intersend_ms) * 1e6).ceil().max(0.0) as u64);
         self.pacer_closed_until = (open_at > now).then_some(open_at);
     }
 }
@@ -324,13 +323,7 @@ mod tests {
     #[test]
     fn loss_is_no_signal() {
         let mut c = settled(50.0, 30.0);
-        c.on_loss(&LossEvent {
-            now: ms(300.0),
-            seq: 5,
-            sent_at: ms(240.0),
-            bytes: PAYLOAD,
-            bytes_in_flight: 0,
-        });
+        c.on_loss(&LossEvent { now: ms(300.0), seq: 5, sent_at: ms(240.0), bytes: PAYLOAD, bytes_in_flight: 0 });
         assert_eq!(c.window(), 30.0);
         assert_eq!(c.loss_rule(), LossRule::Reorder(1));
     }
@@ -557,9 +550,7 @@ mod tests {
             let jitter = Duration::from_micros(jitter_us);
             let (mbps, mut delays) = run_mahimahi(Box::new(Copa2017::new(PAYLOAD)), 30, from, jitter);
             let p95 = percentile(&mut delays, 95.0);
-            eprintln!(
-                "mahimahi 10 Mbit/s 28 ms, wakeup jitter {jitter_us} us: {mbps:.2} Mbit/s, p95 {p95:.1} ms"
-            );
+            eprintln!("mahimahi 10 Mbit/s 28 ms, wakeup jitter {jitter_us} us: {mbps:.2} Mbit/s, p95 {p95:.1} ms");
             (mbps, p95)
         };
         let (full, _) = outcome(0);

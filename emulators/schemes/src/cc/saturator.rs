@@ -96,8 +96,7 @@ impl Controller for Saturator {
         if let Some(rate) = ack.delivery_rate {
             self.max_rate.update(round_time, rate);
         }
-        self.delivery_rate =
-            self.max_rate.get(round_time, Duration::from_secs(RATE_WINDOW_ROUNDS as u64));
+        self.delivery_rate = self.max_rate.get(round_time, Duration::from_secs(RATE_WINDOW_ROUNDS as u64));
         if ack.seq >= self.round_end_seq {
             self.round_end_seq = ack.next_seq;
             self.end_round();

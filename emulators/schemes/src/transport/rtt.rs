@@ -10,10 +10,10 @@ pub struct RttEstimator {
     has_sample: bool,
 }
 
-/// The least the loss timer waits past SRTT: Linux's `TCP_RTO_MIN`. A smaller margin (it was
-/// SRTT/4) turned the host's stalls into losses: a receiver held off the CPU for 80 ms on a
-/// 140-ms path had 43 packets declared lost whose ACKs were on their way, and LEDBAT halved
-/// its window for them (experiments/README.md, "Spurious losses").
+/// The least the loss timer waits past SRTT: Linux's `TCP_RTO_MIN`. A margin proportional to
+/// SRTT turns the host's stalls into losses: packets whose ACKs are on their way while the
+/// receiver is held off the CPU are declared lost, and a loss-based sender halves its window
+/// for them (experiments/README.md, "Spurious losses").
 const MIN_MARGIN: Duration = Duration::from_millis(200);
 /// The ceiling keeps a long outage from stalling detection forever.
 const MAX_TIMEOUT: Duration = Duration::from_secs(10);

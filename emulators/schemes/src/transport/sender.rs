@@ -21,15 +21,19 @@ const MAX_SEND_BATCH: usize = 32;
 /// A flow identifier that differs between runs, so a receiver can tell a restarted sender
 /// from late packets of the previous one.
 fn new_flow_id() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     t ^ ((std::process::id() as u64) << 32)
 }
 
 /// Sends HELLO until HELLO_ACK arrives; returns the handshake RTT.
-fn handshake(sock: &UdpSocket, flow: u64, start: Instant, timeout: Duration, peer: &SocketAddr) -> Result<Duration, String> {
+fn handshake(
+    sock: &UdpSocket,
+    flow: u64,
+    start: Instant,
+    timeout: Duration,
+    peer: &SocketAddr,
+) -> Result<Duration, String> {
     let fd = sock.as_raw_fd();
     let mut buf = [0u8; 64];
     let give_up = Instant::now() + timeout;
@@ -78,7 +82,12 @@ fn handshake(sock: &UdpSocket, flow: u64, start: Instant, timeout: Duration, pee
 }
 
 /// Connects to the receiver at `peer` and sends at the controller's pace until killed.
-pub fn run_sender(peer: SocketAddr, cc: Box<dyn Controller>, stats: Arc<Stats>, connect_timeout: Duration) -> Result<(), String> {
+pub fn run_sender(
+    peer: SocketAddr,
+    cc: Box<dyn Controller>,
+    stats: Arc<Stats>,
+    connect_timeout: Duration,
+) -> Result<(), String> {
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;

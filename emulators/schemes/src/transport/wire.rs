@@ -113,12 +113,8 @@ impl Packet {
         }
         let flow = get(buf, 2);
         match buf[1] {
-            KIND_HELLO if buf.len() >= HELLO_BYTES => {
-                Some(Packet::Hello { flow, sender_us: get(buf, 10) })
-            }
-            KIND_HELLO_ACK if buf.len() >= HELLO_BYTES => {
-                Some(Packet::HelloAck { flow, echo_us: get(buf, 10) })
-            }
+            KIND_HELLO if buf.len() >= HELLO_BYTES => Some(Packet::Hello { flow, sender_us: get(buf, 10) }),
+            KIND_HELLO_ACK if buf.len() >= HELLO_BYTES => Some(Packet::HelloAck { flow, echo_us: get(buf, 10) }),
             KIND_DATA if buf.len() >= DATA_HEADER_BYTES => {
                 Some(Packet::Data { flow, seq: get(buf, 10), sender_us: get(buf, 18) })
             }
@@ -163,14 +159,18 @@ mod tests {
             assert_eq!(Packet::decode(&buf[..n]), Some(p));
         }
         assert_eq!(Packet::Data { flow: 1, seq: 2, sender_us: 3 }.encode(&mut buf), 1472);
-        assert_eq!(Packet::Ack(Ack { flow: 0, seq: 0, echo_us: 0, receiver_us: 0, highest: 0, bitmap: 1 }).encode(&mut buf), 50);
+        assert_eq!(
+            Packet::Ack(Ack { flow: 0, seq: 0, echo_us: 0, receiver_us: 0, highest: 0, bitmap: 1 }).encode(&mut buf),
+            50
+        );
     }
 
     #[test]
     fn rejects_foreign_and_truncated_datagrams() {
         assert_eq!(Packet::decode(b"hello world, not ours"), None);
         let mut buf = [0u8; 64];
-        let n = Packet::Ack(Ack { flow: 1, seq: 1, echo_us: 1, receiver_us: 1, highest: 1, bitmap: 1 }).encode(&mut buf);
+        let n =
+            Packet::Ack(Ack { flow: 1, seq: 1, echo_us: 1, receiver_us: 1, highest: 1, bitmap: 1 }).encode(&mut buf);
         assert_eq!(Packet::decode(&buf[..n - 1]), None);
     }
 }
