@@ -170,8 +170,17 @@ def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path,
     # ends.  The Mahimahi backend's shells run as the Mahimahi user, who must reach theirs: they
     # stay in the system's temporary directory (the engine removes them on exit and on SIGTERM).
     env = dict(os.environ) if backend.name == "mahimahi" else {**os.environ, "TMPDIR": str(Path(workdir).resolve())}
-    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env)
+    # The endpoints' stdin stays open and silent for the whole run, like the terminal Pantheon's
+    # harness ran from: some schemes' programs read it and quit at its end (libutp's ucat).
+    silent_stdin, held_open = os.pipe()
+    try:
+        process = subprocess.Popen(args, stdin=silent_stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)
+    except BaseException:
+        os.close(held_open)
+        raise
+    finally:
+        os.close(silent_stdin)
     try:
         while True:
             try:
@@ -190,6 +199,8 @@ def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path,
             process.kill()
             process.wait()
         raise
+    finally:
+        os.close(held_open)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     result = EngineResult(process.returncode, summary, stderr)
     if check and not result.ok:

@@ -299,6 +299,15 @@ def test_a_program_that_keeps_the_default_sigterm_ends_at_the_deadline(tmp_path)
         assert e["ended_at_s"] < 4 + 1, e
 
 
+def test_an_endpoints_stdin_stays_open_until_the_deadline(tmp_path):
+    """Some schemes' programs read stdin and quit at its end, as libutp's ucat does (Pantheon's
+    ledbat): their stdin is open and silent for the whole run, as under Pantheon's harness."""
+    endpoints = [Endpoint(side, "cat > /dev/null") for side in ("receiver", "sender")]
+    result = engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=Logs(datalink=tmp_path / "d.log"))
+    for e in result.summary["endpoints"]:
+        assert e["stopped_by_engine"] and e["exit_code"] == 128 + signal.SIGTERM, e
+
+
 def test_fifty_start_kill_cycles_leave_nothing_behind(tmp_path):
     before = host_state()
     ways = ["SIGTERM", "SIGINT", "endpoint SIGKILL", "engine SIGKILL", "deadline"]
