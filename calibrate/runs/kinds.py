@@ -28,7 +28,3 @@ def kind_of(run_dir: Path | str) -> type[Run]:
                          f"know; upgrade calibrate")
     return KINDS[kind]
 
-
-def open_run(run_dir: Path | str, *, read_only: bool = False) -> Run:
-    """The run in `run_dir`, whatever its kind, as `Run.open` opens it."""
-    return kind_of(run_dir).open(run_dir, read_only=read_only)
