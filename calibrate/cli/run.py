@@ -1,4 +1,6 @@
-"""`calibrate run TARGET` and `calibrate resume RUN_DIR`: the main job, with a live display."""
+"""`calibrate run TARGET` and `calibrate resume RUN_DIR`, and what every command that makes a run
+(`run`, `loo`, `ablate`) shares: its search options, the live display, and one path from the
+run directory to the printed table (`start`, `execute`) for a run of any kind."""
 
 from __future__ import annotations
 
