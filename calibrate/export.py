@@ -30,7 +30,7 @@ place, so a failed export leaves nothing half-written, and a reader never sees a
 Files a previous export listed and this one does not write (traces of another rate) are removed.
 
 When result.json is missing (an interrupted run) or older than the journal (an interrupted
-resume), the result is computed again from the journal (`Calibration.result`).
+resume), the result is computed again from the journal (`Calibration.outcome`).
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import TOTAL
 from calibrate.ranges import Ranges
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import LINK_KINDS, emulator_of
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
-from calibrate.runs.loop import Calibration
+from calibrate.runs.result import CalibrationResult
 from calibrate.scheme_registry import ENTRIES
 from calibrate.schemes import PANTHEON_PREFIX
 
@@ -89,7 +90,7 @@ class CalibrationRun:
 
     directory: RunDir
     records: Sequence[Evaluation]  # the journal, in order
-    result: Mapping[str, Any]  # result.json's content (`Calibration.result`)
+    result: CalibrationResult  # result.json's content
     result_source: str  # "result.json", or why it was computed again
 
     @property
@@ -106,14 +107,15 @@ def load_run(run_dir: Path | str) -> CalibrationRun:
         raise InputError(f"{directory.path}: nothing evaluated yet ({JOURNAL} has no finished "
                          f"evaluation); let the calibration run (`calibrate resume "
                          f"{directory.path}`) and export once it has journaled evaluations")
-    result, source = directory.read_result(), RESULT
-    if result is None:
+    saved, source = directory.read_result(), RESULT
+    if saved is None:
         source = f"no {RESULT} (interrupted run); computed from the journal"
-    elif not isinstance(result, dict) or result.get("evaluations") != len(records):
-        result, source = None, f"{RESULT} is older than the journal; computed from the journal"
-    if result is None:
-        result = jsonable(Calibration.of(directory, records).result())
-    if not result.get("winner") or result["winner"] not in result.get("links", {}):
+    elif not isinstance(saved, dict) or saved.get("evaluations") != len(records):
+        saved, source = None, f"{RESULT} is older than the journal; computed from the journal"
+    if saved is None:
+        saved = jsonable(Calibration.of(directory, records).result())
+    result = CalibrationResult.from_json(saved, str(directory.result_file))
+    if result.winner is None:
         raise InputError(f"{directory.path}: no link kind has a scored evaluation; nothing to export")
     return CalibrationRun(directory, tuple(records), result, source)
 
@@ -235,25 +237,26 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
     """emulator.json's content.  ``emulators``/``files``: per link kind with an incumbent, its
     emulator and `emulator_files`' answer (``files[""]`` is the winner's top-level copy)."""
     result, meta, target = run.result, run.directory.meta, run.directory.target
-    winner = result["winner"]
+    winner = result.winner
+    assert winner is not None  # load_run refuses a result without one
     ours = meta.get("schemes", {})
     links: dict[str, Any] = {}
-    for link in [winner, *(other for other in result["links"] if other != winner)]:
-        v = result["links"][link]
+    for link in [winner, *(other for other in result.links if other != winner)]:
+        v = result.links[link]
         entry: dict[str, Any] = {"winner": link == winner,
                                  "evaluations": sum(r.link == link for r in run.records),
-                                 "stopped": v.get("stopped")}
+                                 "stopped": v.stopped}
         if link in emulators:
-            record = next((r for r in run.records if r.candidate == v["candidate"]), None)
+            record = next((r for r in run.records if r.candidate == v.candidate), None)
             entry.update({
-                "candidate": v["candidate"], "emulator": _emulator_json(emulators[link]),
-                "f": v["f"], "noise": v.get("noise"), "floor": v.get("floor"),
-                "model_mean": v.get("model_mean"), "best_observed_f": v.get("best_observed_f"),
-                "errors_pct": v["errors_pct"], "loss_error_pct": v["errors_pct"].get("loss"),
+                "candidate": v.candidate, "emulator": _emulator_json(emulators[link]),
+                "f": v.f, "noise": v.noise, "floor": v.floor,
+                "model_mean": v.model_mean, "best_observed_f": v.best_observed_f,
+                "errors_pct": dict(v.errors_pct), "loss_error_pct": v.errors_pct.get("loss"),
                 "loss_seeds": None if record is None else list(record.loss_seeds),
-                "refined": v.get("refined"),
-                **_ranges_json(Ranges.from_json(v)),
-                "schemes": _scheme_rows(v["schemes"], ours), "files": dict(files[link])})
+                "refined": v.refined,
+                **_ranges_json(v.ranges_of()),
+                "schemes": _scheme_rows(v.schemes, ours), "files": dict(files[link])})
         links[link] = entry
     best = links[winner]
     return {
@@ -265,8 +268,8 @@ def build_report(run: CalibrationRun, emulators: Mapping[str, EmulatorConfig],
                      "files": dict(files[""])},
         "links": links,
         "evaluations": len(run.records),
-        "wall_s": result.get("wall_s"),
-        "dropped": result.get("dropped", meta.get("dropped", {})),
+        "wall_s": result.wall_s,
+        "dropped": dict(result.dropped) if result.dropped is not None else meta.get("dropped", {}),
         "scheme_fidelity": scheme_fidelity(ours),
         "units": {"f, noise, floor, errors_pct, error_pct": "percent",
                   "loss, uplink_loss": "fraction", "paths": "relative to this directory",
@@ -479,9 +482,8 @@ def write_export(run: CalibrationRun, out: Path | str | None = None) -> Path:
     result = run.result
     # The exported engine command draws its losses with the search's emulator seed too (its
     # runs used that seed·1000 + replicate; any fixed loss seed reproduces the path).
-    emulators = {link: replace(emulator_of(v["params"], link, seed), loss_seed=seed)
-                 for link, v in result["links"].items() if "params" in v
-                 for seed in [int(v["seed"])]}
+    emulators = {link: replace(emulator_of(v.params, link, v.seed), loss_seed=v.seed)
+                 for link, v in result.links.items() if v.params is not None and v.seed is not None}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", suffix=".tmp", dir=out.parent))
@@ -491,11 +493,11 @@ def write_export(run: CalibrationRun, out: Path | str | None = None) -> Path:
     try:
         files: dict[str, Any] = {link: emulator_files(config, staging, link)
                                  for link, config in emulators.items()}
-        files[""] = emulator_files(emulators[result["winner"]], staging)
+        files[""] = emulator_files(emulators[str(result.winner)], staging)
         report = build_report(run, emulators, files)
         plot_figure3(report, [staging / name for name in FIGURE3])
         plot_convergence(run.records, staging / CONVERGENCE,
-                         {link: v["candidate"] for link, v in result["links"].items() if "candidate" in v})
+                         {link: v.candidate for link, v in result.links.items() if v.candidate is not None})
         report["files"] = sorted([*_listed(staging), REPORT])
         write_atomic(staging / REPORT, jsonable(report))
         out.mkdir(exist_ok=True)

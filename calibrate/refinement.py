@@ -2,7 +2,7 @@
 
 A GP search over the unit cube treats the integer delay and queue as continuous: it may settle a
 millisecond or a few packets off the best integers, or on a small-scale dip its smooth model
-does not resolve.  When a search's global phase ends (the loop's rule, `calibrate.runs.loop`:
+does not resolve.  When a search's global phase ends (the loop's rule, `calibrate.runs.controller`:
 its last `REFINE_SHARE` of the budget, or earlier when its model rules out improvement
 elsewhere), its remaining evaluations go to the incumbent's neighbours:
 

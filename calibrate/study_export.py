@@ -25,14 +25,17 @@ import math
 import re
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from calibrate.errors import InputError
 from calibrate.export import EXPORT_DIR, LINK_COLORS, CalibrationRun, write_export
 from calibrate.runs import ablation, loo
+from calibrate.runs.controller import Run, Search
 from calibrate.runs.journal import RunDir, jsonable, write_atomic
-from calibrate.runs.study import Study, StudySearch
+from calibrate.runs.kinds import kind_of
+from calibrate.runs.result import CalibrationResult
 
 #: the Pantheon paper's numbers (§5; Figure 5) the tables are printed beside
 PAPER_LOO_PCT = 20.0
@@ -43,15 +46,14 @@ PAPER_ABLATION = {
                                                    ("+ Poisson deliveries", 13.0)],
 }
 
-STUDIES: Mapping[str, type[Study]] = {loo.KIND: loo.LeaveOneOut, ablation.KIND: ablation.Ablation}
 
 
-def open_study(run_dir: Path | str, *, read_only: bool = True) -> Study:
+def open_study(run_dir: Path | str, *, read_only: bool = True) -> Run:
     """A leave-one-out or ablation study from its run directory, whatever its kind."""
-    kind = RunDir.open(run_dir, None).kind
-    if kind not in STUDIES:
-        raise InputError(f"{run_dir} holds a {kind} run, not a study (leave-one-out or ablation)")
-    return STUDIES[kind].open(run_dir, read_only=read_only)
+    kind = kind_of(run_dir)
+    if kind not in (loo.LeaveOneOut, ablation.Ablation):
+        raise InputError(f"{run_dir} holds a {kind.kind} run, not a study (leave-one-out or ablation)")
+    return kind.open(run_dir, read_only=read_only)
 
 
 def study_result(run_dir: Path | str) -> dict[str, Any]:
@@ -207,20 +209,20 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "x"
 
 
-def _export_searches(study: Study, searches: Mapping[str, StudySearch], calibration: Mapping[str, Any],
+def _export_searches(study: Run, searches: Mapping[str, Search], calibration: Mapping[str, Any],
                      out: Path) -> Path:
-    """One fitted emulator (searches by link kind, their `Calibration.result`) exported as a
+    """One fitted emulator (searches by link kind, their calibration result) exported as a
     calibration's, with the records those searches were told (their f)."""
-    problem = next(iter(searches.values())).problem
-    view = study.view(searches, problem)
+    search = next(iter(searches.values()))
+    directory = study.directory.narrowed(replace(search.problem, space=search.space))
     records = sorted({r.index: r for s in searches.values() for r in s.records}.values(),
                      key=lambda r: r.index)
-    run = CalibrationRun(view.directory, tuple(records), jsonable(calibration),
+    run = CalibrationRun(directory, tuple(records), CalibrationResult.from_json(jsonable(calibration)),
                          f"the {study.kind} study's model, computed from its journal")
     return write_export(run, out)
 
 
-def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: Study | None = None,
+def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: Run | None = None,
                  result: Mapping[str, Any] | None = None) -> Path:
     """Export the study in ``run_dir`` (module docstring) and return the directory.  A study that
     has just run can pass itself and its result, so they are not computed again."""
@@ -256,5 +258,5 @@ def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: S
     return out
 
 
-__all__ = ["PAPER_ABLATION", "PAPER_LOO_PCT", "STUDIES", "export_study", "fmt", "open_study",
+__all__ = ["PAPER_ABLATION", "PAPER_LOO_PCT", "export_study", "fmt", "open_study",
            "params_text", "plot_ablation", "plot_loo", "study_result", "write_csv"]

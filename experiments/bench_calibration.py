@@ -22,7 +22,7 @@ Definitions (also printed with the tables):
   `calibrate run` would report.
 - EI stop: the evaluation after which `improvement_ruled_out()`, the loop's stop rule (the model
   is confident no point beats the incumbent by more than the noise; calibrate.optimizers.rules),
-  first held (the model evaluator checks it after each batch, as the loop (calibrate.runs.loop)
+  first held (the model evaluator checks it after each batch, as the loop (calibrate.runs.controller)
   does after each evaluation, but keeps going to the budget); "–" when it never held.
 
 Two evaluators (``--evaluator``):
@@ -98,9 +98,9 @@ from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
 from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
 from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
 from calibrate.runs.journal import RunDir
-from calibrate.runs.loop import Calibration
 from calibrate.space import SearchSpace
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -21,9 +21,11 @@ from calibrate import refinement
 from calibrate.evaluation import RunMetrics, RunTask
 from calibrate.export import export
 from calibrate.ranges import MEANING, Ranges
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
+from calibrate.runs.controller import REFINE_SHARE
 from calibrate.runs.journal import JOURNAL, RESULT, RunDir
-from calibrate.runs.loop import REFINE_SHARE, Calibration, ProgressInfo
+from calibrate.runs.progress import ProgressInfo
 from calibrate.targets.load import load_target
 
 BUDGET = 10
@@ -130,8 +132,9 @@ def test_result_reports_the_ranges(calibrated, capsys):
 
     from calibrate.cli.common import print_result
     from calibrate.cli.run import Display
+    from calibrate.runs.result import CalibrationResult
 
-    print_result(result, run_dir, None)
+    print_result(CalibrationResult.from_json(result), run_dir, None)
     assert f"constant: {ranges.sentence()}" in capsys.readouterr().out.replace("\n", " ")
     # the live table shows them per link kind, with the phase
     info = ProgressInfo({"constant": 9}, BUDGET, {"constant": link["f"]}, 2, 1, 60.0, 6.0,

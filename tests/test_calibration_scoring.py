@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from calibrate.evaluation import RunMetrics
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
-from calibrate.runs.loop import Calibration
 from calibrate.targets.load import load_target
 from pantheon_fixtures import ERAS, write_data_dir
 

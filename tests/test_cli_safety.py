@@ -41,9 +41,9 @@ import pytest
 from calibrate.errors import RunBusy
 from calibrate.evaluation import RunMetrics, RunTask
 from calibrate.runs import lock
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import JOURNAL, PROPOSALS, RESULT, RunDir
-from calibrate.runs.loop import Calibration
 from calibrate.targets.load import load_target
 
 CALIBRATE = [sys.executable, "-m", "calibrate"]

@@ -16,9 +16,9 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.export import export
 from calibrate.objective import Failure, Stats, replication_error
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig, emulator_of, scheme_table
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
-from calibrate.runs.loop import Calibration
 from calibrate.targets.load import load_target
 
 # (link, params, how far the emulated numbers are off): poisson's second candidate is best;

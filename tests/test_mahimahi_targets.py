@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from calibrate.evaluation import Evaluator, RaySettings
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig, links_for
-from calibrate.runs.loop import Calibration
 from calibrate.targets.load import load_target
 
 pytestmark = pytest.mark.needs_root

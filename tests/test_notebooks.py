@@ -18,9 +18,9 @@ nbclient = pytest.importorskip("nbclient")
 
 from calibrate.export import export  # noqa: E402
 from calibrate.runs.ablation import Ablation  # noqa: E402
+from calibrate.runs.calibration import Calibration  # noqa: E402
 from calibrate.runs.config import RunConfig  # noqa: E402
 from calibrate.runs.loo import LeaveOneOut  # noqa: E402
-from calibrate.runs.loop import Calibration  # noqa: E402
 from calibrate.study_export import export_study  # noqa: E402
 from calibrate.targets.load import load_target  # noqa: E402
 from study_fixtures import FluidEvaluator, write_target  # noqa: E402

@@ -17,9 +17,9 @@ pytest.importorskip("botorch")
 from calibrate.errors import InputError
 from calibrate.export import export
 from calibrate.runs import config as runs_config
+from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir
-from calibrate.runs.loop import Calibration
 from calibrate.schemes import Registry
 from calibrate.targets.load import load_target
 from pantheon_fixtures import ERAS, write_data_dir

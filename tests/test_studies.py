@@ -23,10 +23,10 @@ from calibrate.errors import InputError  # noqa: E402
 from calibrate.objective import Stats  # noqa: E402
 from calibrate.runs import ablation as ablation_module  # noqa: E402
 from calibrate.runs.ablation import DEFAULTS, Ablation, change, parse_order  # noqa: E402
+from calibrate.runs.calibration import Calibration  # noqa: E402
 from calibrate.runs.config import UNLIMITED_QUEUE, RunConfig  # noqa: E402
 from calibrate.runs.journal import JOURNAL, RESULT, RunDir  # noqa: E402
 from calibrate.runs.loo import LeaveOneOut, held_out  # noqa: E402
-from calibrate.runs.loop import Calibration  # noqa: E402
 from calibrate.runs.study import runs_of, score_part  # noqa: E402
 from calibrate.study_export import export_study  # noqa: E402
 from calibrate.targets.load import load_target  # noqa: E402
@@ -299,7 +299,7 @@ def test_run_kinds_are_kept_apart(loo, greedy):
             Calibration.open(run_dir)
     with pytest.raises(InputError, match="not a leave-one-out"):
         LeaveOneOut.open(greedy[0])
-    from calibrate.cli import command_for_kind
+    from calibrate.runs.kinds import KINDS
 
-    assert command_for_kind("leave-one-out").RUN_KIND == LeaveOneOut.kind
-    assert command_for_kind("ablation").RUN_KIND == Ablation.kind
+    assert KINDS["leave-one-out"].kind == LeaveOneOut.kind
+    assert KINDS["ablation"].kind == Ablation.kind

@@ -31,18 +31,6 @@ COMMANDS = ["calibrate.cli.selftest", "calibrate.cli.target", "calibrate.cli.sch
             "calibrate.cli.serve", "calibrate.cli.submit"]
 
 
-def command_for_kind(kind: str):
-    """The command module whose runs are of `kind` (its RUN_KIND): `resume` and `export` hand a
-    study's run directory to it."""
-    for name in COMMANDS:
-        module = importlib.import_module(name)
-        if getattr(module, "RUN_KIND", None) == kind:
-            return module
-    from calibrate.errors import InputError
-
-    raise InputError(f"this calibrate has no command for runs of kind {kind!r}; upgrade calibrate")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="calibrate",

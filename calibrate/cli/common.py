@@ -15,11 +15,14 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.engine import BACKENDS, Backend
 from calibrate.errors import EnvironmentProblem, InputError
 from calibrate.schemes import Registry, load_registry
+
+if TYPE_CHECKING:
+    from calibrate.runs.result import CalibrationResult
 
 TARGET_HELP = ("a Pantheon result ID (P188, 188 or its URL), an archive (.tar.xz/.tar.gz/.zip) or "
                "data directory, a summary table (CSV, JSON, compare_two_experiments text), a saved "
@@ -325,41 +328,39 @@ def scheme_rows(schemes: list[dict[str, Any]], title: str):
     return rows
 
 
-def print_result(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
-    """A calibration's result (`Calibration.result`) as `run`, `resume` and `export` print it."""
+def print_result(result: CalibrationResult, run_dir: Path, exported: Path | None) -> None:
+    """A calibration's result as `run`, `resume` and `export` print it."""
     from rich.console import Console
     from rich.table import Table
 
-    from calibrate.ranges import Ranges
-
     console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"calibration of {result['target']}: {result['evaluations']} evaluations, "
-                        f"{fmt_duration(result['wall_s'])}", title_justify="left")
+    table = Table(title=f"calibration of {result.target}: {result.evaluations} evaluations, "
+                        f"{fmt_duration(result.wall_s)}", title_justify="left")
     # "stopped": why the search ended (budget, time limit, no improvement possible), or "not
     # yet" for a run still going or interrupted (`calibrate resume` continues it)
     for column in ("link kind", "f", "noise", "rate Mbit/s", "delay ms", "queue pkts", "loss %",
                    "evals", "stopped"):
         table.add_column(column)
-    for link, v in result["links"].items():
-        if "f" not in v:
-            table.add_row(link, "–", "–", "–", "–", "–", "–", "0", v.get("stopped") or "not yet")
+    for link, v in result.links.items():
+        if v.params is None:
+            table.add_row(link, "–", "–", "–", "–", "–", "–", "0", v.stopped or "not yet")
             continue
-        p = v["params"]
-        mark = " *" if link == result["winner"] else ""
-        table.add_row(link + mark, fmt_f(v["f"]), fmt_f(v["noise"]), f"{p['rate']:.2f}",
+        p = v.params
+        mark = " *" if link == result.winner else ""
+        table.add_row(link + mark, fmt_f(v.f), fmt_f(v.noise), f"{p['rate']:.2f}",
                       f"{p['delay']:.0f}", f"{p['queue']:.0f}", f"{100 * p['loss']:.3f}",
-                      str(v["evaluations"]), v["stopped"] or "not yet")
+                      str(v.evaluations), v.stopped or "not yet")
     console.print(table)
-    for link, v in result["links"].items():
-        if "f" in v:
-            console.print(f"{link}: {Ranges.from_json(v).sentence()}", highlight=False)
-    best = result.get("best")
+    for link, v in result.links.items():
+        if v.scored:
+            console.print(f"{link}: {v.ranges_of().sentence()}", highlight=False)
+    best = result.best
     if best:
-        console.print(scheme_rows(best["schemes"],
-                                  f"per scheme, {result['winner']} (* = winner): real vs emulated"))
-        console.print(f"emulator: {best['emulator']}", highlight=False)
-    if result.get("dropped"):
-        console.print(f"not scored: {', '.join(result['dropped'])} (reasons in run.json)",
+        console.print(scheme_rows([dict(row) for row in best.schemes],
+                                  f"per scheme, {result.winner} (* = winner): real vs emulated"))
+        console.print(f"emulator: {best.emulator}", highlight=False)
+    if result.dropped:
+        console.print(f"not scored: {', '.join(result.dropped)} (reasons in run.json)",
                       highlight=False)
     console.print(f"run directory: {run_dir}" + (f"; export: {exported}" if exported else ""),
                   highlight=False)

@@ -49,16 +49,16 @@ def _export(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from calibrate.cli import command_for_kind
     from calibrate.cli.common import print_result, writable
+    from calibrate.cli.studies import export_command
     from calibrate.export import REPORT, foreign_files, load_run, write_export
-    from calibrate.runs.journal import CALIBRATION, RunDir
+    from calibrate.runs.calibration import Calibration
+    from calibrate.runs.kinds import kind_of
 
     if args.out is not None:  # before any work
         writable(args.out, "--out", directory=True)
-    kind = RunDir.open(args.run_dir, None).kind
-    if kind != CALIBRATION:  # a study: its own command exports it
-        return int(command_for_kind(kind).export(args))
+    if kind_of(args.run_dir) is not Calibration:  # a study: its tables and emulators
+        return export_command(args)
     if args.out is not None and not args.overwrite:
         there = foreign_files(args.out, args.run_dir)
         if there:
@@ -72,7 +72,7 @@ def _export(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0
-    print_result(dict(run.result), run.run_dir, out)
+    print_result(run.result, run.run_dir, out)
     console = Console(width=None if sys.stdout.isatty() else 100)
     if not run.result_source == "result.json":
         console.print(f"note: {run.result_source}", highlight=False)

@@ -1,4 +1,6 @@
-"""`calibrate run TARGET` and `calibrate resume RUN_DIR`: the main job, with a live display."""
+"""`calibrate run TARGET` and `calibrate resume RUN_DIR`, and what every command that makes a run
+(`run`, `loo`, `ablate`) shares: its search options, the live display, and one path from the
+run directory to the printed table (`start`, `execute`) for a run of any kind."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ import datetime as dt
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.cli.common import (
     add_evaluation_options,
@@ -28,38 +31,26 @@ from calibrate.cli.common import (
 from calibrate.errors import CalibrateError, InputError
 from calibrate.space import PARAMETERS
 
+if TYPE_CHECKING:  # the run layer (and Ray) is imported when a command runs, not to parse options
+    from rich.table import Table
+
+    from calibrate.evaluation import RaySettings
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.controller import Run
+    from calibrate.runs.progress import ProgressInfo
+    from calibrate.targets.model import Target
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from calibrate.runs.config import LINK_KINDS, RunConfig
-
-    d = RunConfig(target="")
-    run = subparsers.add_parser(
-        "run", help="calibrate an emulator to a target (GP Bayesian optimization on Ray)",
+    add_run_command(
+        subparsers, "run", _run, per="link kind",
+        help="calibrate an emulator to a target (GP Bayesian optimization on Ray)",
         description="Find the emulator <rate, one-way delay, DropTail queue, uplink loss> that "
         "minimizes the Pantheon paper's replication error against TARGET, once with constant and "
         "once with Poisson deliveries, by running every scheme over candidate emulators in "
-        "parallel on Ray; write the run directory and export the winner. Needs root.")
-    add_evaluation_options(run)
-    run.add_argument("--budget", type=int, default=d.budget,
-                     help="evaluations per link kind (default: %(default)s)")
-    run.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"), default=d.optimizer,
-                     help="GP with qLogNEI (BoTorch), scikit-optimize GP-EI, or random search "
-                          "(default: %(default)s)")
-    run.add_argument("--links", metavar="KINDS",
-                     help=f"link kinds to search, each its own search, of {','.join(LINK_KINDS)} (default: "
-                          "the kind the target's link logs show, else both)")
-    run.add_argument("--time-limit", type=float, metavar="S",
-                     help="stop proposing after this many seconds of calibration")
-    run.add_argument("--n-initial", type=int, metavar="N",
-                     help="size of the initial Sobol design after the warm start (default: 2 x dims, at most budget/4)")
-    run.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
-                     help=f"fix a parameter ({', '.join(PARAMETERS)}), e.g. --fix loss=0; repeatable")
-    run.add_argument("--bound", action="append", default=[], metavar="NAME=LO:HI",
-                     help="override a parameter's search bounds, e.g. --bound queue=10:400; repeatable")
-    run.add_argument("--out", type=Path, metavar="RUN_DIR",
-                     help="run directory (default: runs/<target>-<UTC time>)")
-    add_ray_options(run)
-    run.set_defaults(func=_run)
+        "parallel on Ray; write the run directory and export the winner. Needs root.",
+        links_help="link kinds to search, each its own search (default: the kind the target's "
+                   "link logs show, else both)")
 
     resume = subparsers.add_parser(
         "resume", help="continue a calibration after a crash, Ctrl-C or kill -9",
@@ -70,6 +61,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(their --out; by default runs/<target>-<UTC time>)")
     add_ray_options(resume)
     resume.set_defaults(func=_resume)
+
+
+def add_run_command(subparsers: argparse._SubParsersAction, name: str,
+                    func: Callable[[argparse.Namespace], int], *, help: str, description: str,
+                    per: str = "search", links_help: str, fix: bool = True) -> argparse.ArgumentParser:
+    """A command that starts a run of some kind (`run`, `loo`, `ablate`): TARGET and how one
+    evaluation runs (`add_evaluation_options`), the search's options, Ray's."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    add_evaluation_options(parser)
+    add_search_options(parser, per=per, links_help=links_help, fix=fix)
+    add_ray_options(parser)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def add_search_options(parser: argparse.ArgumentParser, *, per: str, links_help: str,
+                       fix: bool = True) -> None:
+    """The search's options of `run`, `loo` and `ablate`: the budget of each search (`per`
+    names one), the optimizer, the link kinds, the time limit, the design, fixed parameters and
+    bounds, the run directory."""
+    from calibrate.runs.config import LINK_KINDS, RunConfig
+
+    d = RunConfig(target="")
+    parser.add_argument("--budget", type=int, default=d.budget,
+                        help=f"evaluations per {per} (default: %(default)s)")
+    parser.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"), default=d.optimizer,
+                        help="GP with qLogNEI (BoTorch), scikit-optimize GP-EI, or random search "
+                             "(default: %(default)s)")
+    parser.add_argument("--links", metavar="KINDS", help=f"of {','.join(LINK_KINDS)}: {links_help}")
+    parser.add_argument("--time-limit", type=float, metavar="S",
+                        help="stop proposing after this many seconds of the run")
+    parser.add_argument("--n-initial", type=int, metavar="N",
+                        help="size of each search's Sobol design after its warm start (default: 2 x "
+                             "dims, at most budget/4)")
+    if fix:
+        parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                            help=f"fix a parameter ({', '.join(PARAMETERS)}), e.g. --fix loss=0; "
+                                 f"repeatable")
+    parser.add_argument("--bound", action="append", default=[], metavar="NAME=LO:HI",
+                        help="override a parameter's search bounds, e.g. --bound queue=10:400; repeatable")
+    parser.add_argument("--out", type=Path, metavar="RUN_DIR",
+                        help="run directory (default: runs/<target>-<UTC time>, a study's with its "
+                             "command: runs/<target>-loo-<UTC time>)")
+
+
+def search_config(args: argparse.Namespace, links: tuple[str, ...]) -> RunConfig:
+    """The RunConfig `add_evaluation_options` and `add_search_options` give, for `links`."""
+    return run_config(args, budget=args.budget, optimizer=args.optimizer, links=links,
+                      time_limit_s=args.time_limit, n_initial=args.n_initial,
+                      fixed=parse_fixed(getattr(args, "fix", [])), bounds=parse_bounds(args.bound))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,11 +156,15 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def default_run_dir(target: str) -> Path:
+def default_run_dir(target: str, command: str | None = None) -> Path:
+    """runs/<target>-<UTC time>; a study's with the command that makes it, e.g.
+    runs/<target>-loo-<UTC time>."""
     from calibrate.targets.load import BUNDLED_PREFIX
 
-    target = target.removeprefix(BUNDLED_PREFIX)
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(target.rstrip("/")).name or "target").strip("-")
+    name = Path(target.removeprefix(BUNDLED_PREFIX).rstrip("/")).name or "target"
+    if command:
+        name = f"{name}-{command}"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{stem or 'target'}-{stamp}"
 
@@ -129,18 +174,23 @@ def default_run_dir(target: str) -> Path:
 
 
 class Display:
-    """Live table on a terminal; one line per finished evaluation otherwise (or with --quiet)."""
+    """Live table on a terminal, a row per search; one line per finished evaluation otherwise
+    (or with --quiet).  A calibration's searches are its link kinds."""
 
-    def __init__(self, live: bool) -> None:
+    def __init__(self, live: bool, title: str = "calibration", column: str = "link kind") -> None:
         from rich.console import Console
 
         self.console = Console(stderr=True)
+        self.title, self.column = title, column
         self.live = None
-        self.seen: dict[str, int] = {}
         if live and self.console.is_terminal:
             from rich.live import Live
 
             self.live = Live(console=self.console, refresh_per_second=2, transient=False)
+
+    @classmethod
+    def of(cls, run: Run, live: bool) -> Display:
+        return cls(live, run.noun, run.search_noun)
 
     def __enter__(self) -> Display:
         if self.live:
@@ -152,10 +202,10 @@ class Display:
         if self.live:
             self.live.__exit__(exc_type, exc, traceback)
 
-    def __call__(self, info: Any) -> None:
+    def __call__(self, info: ProgressInfo) -> None:
         for record in info.latest:
-            line = (f"{record['link']:>8} #{record['n']:<3} f = {record['f']:6.1f} %  "
-                    f"(noise {fmt_f(record['noise'])})  {record['emulator']}")
+            line = (f"{record.search:>8} #{record.n:<3} f = {record.f:6.1f} %  "
+                    f"(noise {fmt_f(record.noise)})  {record.emulator}")
             if self.live:
                 self.live.console.print(line, highlight=False, soft_wrap=True)
             else:
@@ -163,17 +213,16 @@ class Display:
         if self.live:
             self.live.update(self._table(info))
 
-    def _table(self, info: Any):
+    def _table(self, info: ProgressInfo) -> Table:
         from rich.table import Table
 
-        table = Table(title="calibration", title_justify="left")
-        for column in ("link kind", "evaluations", "best f", "state",
-                       "indistinguishable from the best"):
+        table = Table(title=self.title, title_justify="left")
+        for column in (self.column, "evaluations", "best f", "state", "indistinguishable from the best"):
             table.add_column(column)
-        for link, done in info.done.items():
-            state = info.stopped.get(link) or ("refining" if info.refining.get(link) else "searching")
-            ranges = info.ranges.get(link)
-            table.add_row(link, f"{done}/{info.budget}", fmt_f(info.best.get(link)), state,
+        for name, done in info.done.items():
+            state = info.stopped.get(name) or ("refining" if info.refining.get(name) else "searching")
+            ranges = info.ranges.get(name)
+            table.add_row(name, f"{done}/{info.budget}", fmt_f(info.best.get(name)), state,
                           "–" if ranges is None else ranges.text())
         table.caption = (f"{info.running_tasks} runs on {info.running_candidates} candidates in "
                          f"flight · elapsed {fmt_duration(info.elapsed_s)} · ETA {fmt_duration(info.eta_s)}")
@@ -184,72 +233,99 @@ class Display:
 # Commands
 
 
-def _calibrate(calibration: Any, args: argparse.Namespace, settings: Any) -> int:
-    """Run (or continue) `calibration` to its end and export it; its run directory is claimed
-    (`RunDir.claim`) by the caller."""
-    from calibrate.evaluation import Evaluator
-    from calibrate.export import export
+def start(args: argparse.Namespace, command: str | None, kind: type[Run],
+          configure: Callable[[Target], RunConfig], **options: Any) -> int:
+    """Start a run of `kind` (`Run.start` with `options`): RUN_DIR (--out, or one named after
+    the target and the `command` of a study) checked before the target is fetched, the settings
+    `configure(target)` gives checked, then the directory claimed (its writer lock) while the
+    run is created there and runs."""
+    from calibrate.runs.journal import RunDir
 
-    console_note = sys.stderr
+    settings = ray_settings(args)
+    run_dir = args.out or default_run_dir(args.target, command)
+    RunDir.check_new(run_dir)  # before the target is fetched: names a writer running there
+    target = load_target_of(args)
+    config = configure(target)
     require_root()
-    calibration.schemes()  # a scheme this host cannot run stops us here, before Ray starts
-    problem = calibration.problem
-    print(f"calibrate: {calibration.run_dir}: {workload_text(problem, calibration.config)} an evaluation, "
-          f"links {', '.join(calibration.searches)}, budget {calibration.config.budget} each; starting Ray",
-          file=console_note)
+    with RunDir.claim(run_dir, make=True):
+        return execute(kind.start(run_dir, config, target, **options), args, settings)
+
+
+def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
+    """Run (or continue) `run`, of any kind, to its end on Ray with the live display, export
+    it and print its table; its run directory is claimed by the caller."""
+    from calibrate.evaluation import Evaluator
+    from calibrate.runs.journal import CALIBRATION
+
+    note = sys.stderr
+    require_root()
+    run.schemes()  # a scheme this host cannot run stops us here, before Ray starts
+    config, problem, run_dir = run.config, run.problem, run.run_dir
+    calibration = run.kind == CALIBRATION
+    print(f"calibrate: {run_dir}: {'' if calibration else f'{run.kind} {run.noun}, '}"
+          f"{workload_text(problem, config)} an evaluation, links {', '.join(config.links)}, "
+          f"budget {config.budget} {'each' if calibration else f'per {run.search_noun}'}; starting Ray",
+          file=note)
     for line in dropped_lines(problem):
-        print(line, file=console_note)
+        print(line, file=note)
     started = time.monotonic()
     try:
-        with Evaluator(settings) as evaluator, Display(live=not args.quiet) as display:
+        with Evaluator(settings) as evaluator, Display.of(run, live=not args.quiet) as display:
             print(f"calibrate: Ray up in {time.monotonic() - started:.0f} s, {evaluator.slots} "
-                  f"emulator slots", file=console_note)
-            result = calibration.run(evaluator, display)
+                  f"emulator slots", file=note)
+            result = run.run(evaluator, display)
     except KeyboardInterrupt as interrupt:
-        interrupt.add_note(f"finished evaluations are kept; continue with `calibrate resume "
-                           f"{calibration.run_dir}`")
+        interrupt.add_note(f"finished evaluations are kept; continue with `calibrate resume {run_dir}`")
         raise
     try:
-        exported = export(calibration.run_dir)
+        exported = _export(run, result)
     except Exception as error:  # the result first (it is in result.json too), then the error
-        print_result(result, calibration.run_dir, None)
+        _show(run, result, None)
         if not isinstance(error, (CalibrateError, OSError)):
             raise
         why = error.strerror if isinstance(error, OSError) and error.strerror else error
-        raise CalibrateError(f"the calibration is complete (above; {calibration.run_dir}/result.json) "
-                             f"but its export failed: {why}; export it again with `calibrate "
-                             f"export {calibration.run_dir}`") from None
-    print_result(result, calibration.run_dir, exported)
+        raise CalibrateError(f"the {run.noun} is complete (above; {run_dir}/result.json) but its "
+                             f"export failed: {why}; export it again with `calibrate export "
+                             f"{run_dir}`") from None
+    _show(run, result, exported)
     return 0
 
 
+def _export(run: Run, result: dict[str, Any]) -> Path:
+    from calibrate.export import export
+    from calibrate.runs.journal import CALIBRATION
+    from calibrate.study_export import export_study
+
+    if run.kind == CALIBRATION:
+        return export(run.run_dir)
+    return export_study(run.run_dir, study=run, result=result)
+
+
+def _show(run: Run, result: dict[str, Any], exported: Path | None) -> None:
+    from calibrate.cli.studies import print_study
+    from calibrate.runs.journal import CALIBRATION
+    from calibrate.runs.result import CalibrationResult
+
+    if run.kind == CALIBRATION:
+        print_result(CalibrationResult.from_json(result), run.run_dir, exported)
+    else:
+        print_study(result, run.run_dir, exported)
+
+
 def _run(args: argparse.Namespace) -> int:
+    from calibrate.runs.calibration import Calibration
     from calibrate.runs.config import links_for
-    from calibrate.runs.journal import RunDir
-    from calibrate.runs.loop import Calibration
 
     requested = parse_links(args.links)
-    settings = ray_settings(args)
-    run_dir = args.out or default_run_dir(args.target)
-    RunDir.check_new(run_dir)  # before the target is fetched: names a writer running there
-    target = load_target_of(args)
-    config = run_config(args, budget=args.budget, optimizer=args.optimizer, links=links_for(target, requested),
-                        time_limit_s=args.time_limit, n_initial=args.n_initial,
-                        fixed=parse_fixed(args.fix), bounds=parse_bounds(args.bound))
-    require_root()
-    # every input is checked by now, or by Calibration.start before it writes run.json
-    with RunDir.claim(run_dir, make=True):
-        return _calibrate(Calibration.start(run_dir, config, target), args, settings)
+    return start(args, None, Calibration, lambda target: search_config(args, links_for(target, requested)))
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from calibrate.cli import command_for_kind
-    from calibrate.runs.journal import CALIBRATION, RunDir
-    from calibrate.runs.loop import Calibration
+    """`calibrate resume RUN_DIR` of a run of any kind, its directory claimed while it runs."""
+    from calibrate.runs.journal import RunDir
+    from calibrate.runs.kinds import kind_of
 
-    kind = RunDir.open(args.run_dir, None).kind
-    if kind != CALIBRATION:  # a study: its own command continues it
-        return int(command_for_kind(kind).resume(args))
+    kind = kind_of(args.run_dir)
     settings = ray_settings(args)
     with RunDir.claim(args.run_dir):  # refused while another process writes it
-        return _calibrate(Calibration.open(args.run_dir), args, settings)
+        return execute(kind.open(args.run_dir), args, settings)

@@ -9,9 +9,12 @@ append-only journal of evaluations, and a result; and the loop that fills it.
   all of it back;
 - `calibrate.runs.lock`: one writer per run directory (an exclusive lock the kernel releases
   when its holder dies);
-- `calibrate.runs.loop`: the calibration loop (`Calibration`): the optimizers ↔ Ray, one
-  journal line per finished evaluation, resume from the journal, the result;
-- `calibrate.runs.study`, `calibrate.runs.loo`, `calibrate.runs.ablation`: the other kinds of
-  run, studies made of many searches over one journal — leave-one-out cross-validation and
-  ablations — each a loop over the same directory and record (run.json names its "kind").
+- `calibrate.runs.controller`: the one loop every kind of run shares (`Run`): searches keyed
+  by candidate id ↔ Ray, one journal line per finished evaluation, resume from the journal;
+- `calibrate.runs.kinds`: the kinds of run, by the "kind" run.json names: a calibration
+  (`calibrate.runs.calibration`, one search per link kind), leave-one-out cross-validation
+  (`calibrate.runs.loo`) and ablations (`calibrate.runs.ablation`); `calibrate.runs.study`
+  holds what the studies share;
+- `calibrate.runs.result`: a calibration's result.json, typed; `calibrate.runs.progress`: what
+  a run reports while it runs, and its ETA.
 """

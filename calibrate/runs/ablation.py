@@ -15,7 +15,7 @@ contribution" (China wired: rate only 211.8 % → + delay 189.7 % → + buffer 3
   after constant), warm-started from the last constant model's best point.
 
 Every step's search is a calibration's search (the same evaluation, refinement and stop rule:
-`calibrate.runs.study`) with `--budget` evaluations of its own, and each step is warm-started
+`calibrate.runs.controller`) with `--budget` evaluations of its own, and each step is warm-started
 from the previous step's best point: its optimizer is told that evaluation first (not run
 again); its first proposals are the same point with the added parameter at the target's
 analytic guess (`calibrate.space.warm_start`, the calibration's warm start), and that guess of
@@ -42,10 +42,12 @@ from typing import Any
 from calibrate.errors import InputError
 from calibrate.optimizers import make_optimizer
 from calibrate.optimizers.base import find_point
-from calibrate.runs.config import UNLIMITED_QUEUE, RunConfig, host_schemes, problem_of, registry_of
-from calibrate.runs.journal import Evaluation, Proposal, RunDir
-from calibrate.runs.loop import CONVERGED
-from calibrate.runs.study import Study, StudySearch, common_result
+from calibrate.runs.calibration import calibration_result
+from calibrate.runs.config import UNLIMITED_QUEUE, Problem, RunConfig
+from calibrate.runs.controller import CONVERGED, Run, Search
+from calibrate.runs.journal import Evaluation
+from calibrate.runs.result import CalibrationResult, LinkResult
+from calibrate.runs.study import common_result
 from calibrate.schemes import Registry
 from calibrate.space import LOSS_KNEE, PARAMETERS, SearchSpace
 from calibrate.targets.model import Target
@@ -97,14 +99,14 @@ class Step:
     index: int
     link: str
     adds: list[str]  # per trial: the parameter it frees ("rate" at step 0), or the link kind
-    trials: list[StudySearch]
+    trials: list[Search]
 
     def label(self, j: int) -> str:
         return LABELS.get(self.adds[j]) or f"+ {self.adds[j].capitalize()} deliveries"
 
 
 @dataclass
-class Ablation(Study):
+class Ablation(Run):
     """An ablation study: `start` a new one or `open` one, then `run` it (module docstring)."""
 
     kind = KIND
@@ -114,44 +116,42 @@ class Ablation(Study):
     # -- making and reopening
 
     @classmethod
-    def start(cls, run_dir: Path | str, config: RunConfig, target: Target, order: str | Sequence[str] = GREEDY,
-              registry: Registry | None = None) -> Ablation:
+    def start(cls, run_dir: Path | str, config: RunConfig, target: Target,
+              order: str | Sequence[str] = GREEDY, *, registry: Registry | None = None,
+              **options: Any) -> Ablation:
         """Derive the problem (its space stretched: `ablation_space`) and write a new run
-        directory."""
+        directory; `order` as `parse_order` reads it, or its parameters."""
+        return super().start(run_dir, config, target, registry=registry,
+                             order=order if isinstance(order, str) else ",".join(order), **options)
+
+    @classmethod
+    def check(cls, config: RunConfig, **options: Any) -> None:
         if config.fixed:
             raise InputError("an ablation fixes and frees the parameters itself; drop --fix")
-        order = parse_order(order if isinstance(order, str) else ",".join(order))
-        RunDir.check_new(run_dir)
-        registry = registry or registry_of(config)
-        problem = problem_of(target, config, registry)
+        parse_order(options["order"])
+
+    @classmethod
+    def derive(cls, problem: Problem, config: RunConfig,
+               **options: Any) -> tuple[Problem, Mapping[str, Any] | None]:
         space = ablation_space(problem.space)
         problem = replace(problem, space=space,
                           warm_start=space.to_values(space.from_values(problem.warm_start, clip=True)))
-        schemes = host_schemes(problem, registry)  # refused here, before anything is written
-        directory = RunDir.create(run_dir, config, target, problem, kind=KIND, study={
-            "order": order if order == GREEDY else list(order), "defaults": dict(DEFAULTS),
-            "defaults_text": defaults_text(config.links[0])})
-        study = cls.of(directory, [])
-        study._schemes = schemes
-        return study
+        order = parse_order(options["order"])
+        return problem, {"order": order if order == GREEDY else list(order), "defaults": dict(DEFAULTS),
+                         "defaults_text": defaults_text(config.links[0])}
 
-    @classmethod
-    def of(cls, directory: RunDir, records: Sequence[Evaluation],
-           unfinished: Sequence[Proposal] = ()) -> Ablation:
-        """The study as the journal `records` leave it: every step that has evaluations (and
-        step 0), each search told its own records in journal order after its warm start; the
-        `unfinished` proposals run again first (a later step's once it is made)."""
-        study = cls(directory, list(records))
-        study._resumed(records, unfinished)
-        study.steps.append(study._next_step())  # type: ignore[arg-type]  # step 0 always exists
-        while any(r.study.get("step") == len(study.steps) for r in records):
-            study._close(study.steps[-1])
-            step = study._next_step()
+    def rebuild(self) -> None:
+        """Every step that has evaluations (and step 0), each search told its own records in
+        journal order after its warm start; a later step's interrupted proposals are its first
+        once it is made."""
+        self.steps.append(self._next_step())  # type: ignore[arg-type]  # step 0 always exists
+        while any(r.study.get("step") == len(self.steps) for r in self.records):
+            self._close(self.steps[-1])
+            step = self._next_step()
             if step is None:
-                raise InputError(f"{directory.journal} has evaluations of step {len(study.steps)}, "
+                raise InputError(f"{self.directory.journal} has evaluations of step {len(self.steps)}, "
                                  f"which this study does not have; the journal is damaged")
-            study.steps.append(step)
-        return study
+            self.steps.append(step)
 
     @property
     def order(self) -> str | tuple[str, ...]:
@@ -178,8 +178,10 @@ class Ablation(Study):
             opt = make_optimizer(config.optimizer, space.dim, seed=config.seed, warm_start=warm,
                                  n_initial=config.initial_design(space.dim))
             name = f"step {index} rate" if p == "rate" else f"step {index} +{p}"
-            search = StudySearch(link, opt, name=name, space=space, problem=self.problem,
-                                 budget=config.budget, order=j)
+            evidence = self.target.evidence
+            search = Search(name=name, link=link, optimizer=opt, space=space, problem=self.problem,
+                            budget=config.budget, order=j,
+                            evidence=None if evidence is None else evidence.of_schemes(self.problem.schemes))
             if carried is not None:  # the previous step's best point, a point of this model
                 self.learn(search, carried, x=x0, counted=False, confident=False)
             self.replay(search, [r for r in self.records if r.study.get("search") == name])
@@ -198,8 +200,8 @@ class Ablation(Study):
         if j is None:
             return None
         search = last.trials[j]
-        best = self.view({search.link: search}, self.problem).result()["links"][search.link]
-        record = next(r for r in self.records if r.candidate == best["candidate"])
+        best = self.trial_result(search)
+        record = next(r for r in self.records if r.candidate == best.candidate)
         free = list(search.space.free)
         if last.link == links[0]:
             if self.order == GREEDY:
@@ -207,15 +209,15 @@ class Ablation(Study):
             else:
                 adds = [p for p in self.order if p not in free][:1]
             if adds:
-                return self._make_step(last.index + 1, last.link, free, adds, best["params"], record)
+                return self._make_step(last.index + 1, last.link, free, adds, best.params or {}, record)
             if len(links) > 1:
-                return self._make_step(last.index + 1, links[1], free, [links[1]], best["params"], None)
+                return self._make_step(last.index + 1, links[1], free, [links[1]], best.params or {}, None)
         return None
 
     def chosen(self, step: Step) -> int | None:
         """The trial of `step` whose model reached the lowest f (None: none has evaluations)."""
         if step.index not in self._chosen:
-            fs = [(self.trial_result(search)["f"], j) for j, search in enumerate(step.trials)
+            fs = [(self.trial_result(search).f, j) for j, search in enumerate(step.trials)
                   if search.records]
             if not fs:
                 return None
@@ -225,8 +227,13 @@ class Ablation(Study):
                 return min(fs)[1]
         return self._chosen[step.index]
 
-    def trial_result(self, search: StudySearch) -> dict[str, Any]:
-        return self.view({search.link: search}, self.problem).result()["links"][search.link]
+    def trial_view(self, search: Search) -> CalibrationResult:
+        """One trial's model as a calibration's result over its one search."""
+        return calibration_result({search.link: search}, self.config.target, self.problem,
+                                  self.target.evidence)
+
+    def trial_result(self, search: Search) -> LinkResult:
+        return self.trial_view(search).links[search.link]
 
     def _close(self, step: Step) -> None:
         """Mark a finished step's searches with why they ended."""
@@ -235,13 +242,13 @@ class Ablation(Study):
 
     # -- the loop's hooks
 
-    def searches(self) -> list[StudySearch]:
+    def every_search(self) -> list[Search]:
         return [s for step in self.steps for s in step.trials]
 
-    def open_searches(self) -> list[StudySearch]:
+    def open_searches(self) -> list[Search]:
         return [s for s in self.steps[-1].trials if s.stopped is None and self.left(s) > 0]
 
-    def tell(self, record: Evaluation, proposer: StudySearch) -> dict[str, Any]:
+    def tell(self, record: Evaluation, proposer: Search) -> dict[str, Any]:
         self.learn(proposer, record)
         step = next(st for st in self.steps if proposer in st.trials)
         return {"step": step.index, "adds": step.adds[step.trials.index(proposer)],
@@ -263,9 +270,10 @@ class Ablation(Study):
             j = self.chosen(step)
             trials = []
             for i, search in enumerate(step.trials):
-                res = self.trial_result(search) if search.records else {}
+                res = self.trial_result(search) if search.records else None
                 trials.append({"adds": step.adds[i], "label": step.label(i), "search": search.name,
-                               "f": res.get("f"), "noise": res.get("noise"),
+                               "f": None if res is None else res.f,
+                               "noise": None if res is None else res.noise,
                                "evaluations": search.counted, "stopped": search.stopped,
                                "chosen": i == j})
             if j is None:
@@ -273,16 +281,16 @@ class Ablation(Study):
                               "f": None})
                 continue
             search = step.trials[j]
-            view = self.view({search.link: search}, self.problem).result()
-            best = view["links"][search.link]
+            view = self.trial_view(search)
+            best = view.links[search.link]
             entry: dict[str, Any] = {
                 "step": step.index, "adds": step.adds[j], "label": step.label(j), "link": step.link,
                 "free": list(search.space.free), "fixed": dict(search.space.fixed),
-                "search": search.name, "f": best["f"], "noise": best["noise"],
-                "floor": best["floor"], "params": best["params"], "emulator": best["emulator"],
-                "candidate": best["candidate"], "evaluations": search.counted,
+                "search": search.name, "f": best.f, "noise": best.noise,
+                "floor": best.floor, "params": dict(best.params or {}), "emulator": best.emulator,
+                "candidate": best.candidate, "evaluations": search.counted,
                 "warm_started": search.carried > 0, "stopped": search.stopped, "trials": trials,
-                "calibration": view, "change": None, "change_noise": None, "rise": None}
+                "calibration": view.to_json(), "change": None, "change_noise": None, "rise": None}
             previous = next((s for s in reversed(steps) if s.get("f") is not None), None)
             if previous is not None:
                 entry.update(change(previous, entry, nested=step.link == previous["link"]))

@@ -12,7 +12,7 @@ RUN_DIR holds
   before its runs start, so the candidates that were running when a run stopped — proposed,
   never journaled (`RunDir.unfinished`) — are the first a resume runs again (a run written
   before this file existed has none: its resume proposes afresh);
-- ``result.json``: the outcome, written by the loop when it ends (`calibrate.runs.loop`);
+- ``result.json``: the outcome, written by the loop when it ends (`calibrate.runs.controller`);
 - ``writer.lock``: the one writer's lock (`calibrate.runs.lock`);
 - ``export/``: what `calibrate export` writes (`calibrate.export`).
 
@@ -37,7 +37,7 @@ Format versions (run.json's "version"; each journal line's "version", absent in 
 - 2: run.json also holds "real", the target numbers scored (scheme, flow, tput, delay, loss),
   so the problem reads back whole; journal lines carry "version": 2.  Nothing else differs.
   A version-1 run opens, resumes (its new journal lines are version 2; run.json is not
-  rewritten) and exports.  A study (leave-one-out, ablation: `calibrate.runs.study`) is a
+  rewritten) and exports.  A study (leave-one-out, ablation: `calibrate.runs.kinds`) is a
   version-2 run whose run.json also names its "kind" and holds its "study" settings, and whose
   journal lines carry "study" (which of its searches proposed the line, and what the study
   records with it); a run.json without "kind" is a calibration's.
@@ -57,7 +57,7 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +203,7 @@ class Evaluation:
     phase: str = "search"  # "search" (the optimizer's proposal) or "refine" (the local refinement)
     confident: bool = False  # after it, the search's model ruled out improvement elsewhere
     version: int = FORMAT_VERSION  # the format version of the line
-    study: Mapping[str, Any] = field(default_factory=dict)  # a study's tags (`calibrate.runs.study`)
+    study: Mapping[str, Any] = field(default_factory=dict)  # a study's tags (`calibrate.runs.controller.Run.tags`)
 
     def to_json(self) -> dict[str, Any]:
         """The journal line (strict JSON: unknown numbers are null)."""
@@ -313,7 +313,7 @@ class RunDir:
 
     @property
     def kind(self) -> str:
-        """What made the run: a calibration, or a study (`calibrate.runs.study`)."""
+        """What made the run: a calibration, or a study (`calibrate.runs.kinds`)."""
         return str(self.meta.get("kind", CALIBRATION))
 
     @property
@@ -412,6 +412,14 @@ class RunDir:
             raise InputError(f"{path} holds a {run.kind} run, not a {kind}; `calibrate resume "
                              f"{path}` and `calibrate export {path}` handle every kind")
         return run
+
+    def narrowed(self, problem: Problem) -> RunDir:
+        """The directory as one search of a study sees it: `problem` (its space, the schemes it
+        scores) in place of the run's, and run.json's space with it (what its export quotes)."""
+        space = problem.space
+        meta = {**self.meta, "space": {"bounds": {k: list(v) for k, v in space.bounds.items()},
+                                       "fixed": dict(space.fixed), "free": list(space.free)}}
+        return replace(self, problem=problem, meta=meta)
 
     # -- the journal
 

@@ -39,18 +39,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from calibrate.errors import InputError
 from calibrate.optimizers import make_optimizer
-from calibrate.runs.config import Problem, RunConfig, host_schemes, problem_of, registry_of, scheme_table
-from calibrate.runs.journal import Evaluation, Proposal, RunDir
-from calibrate.runs.study import Study, StudySearch, common_result, part_of, rescored, runs_of, score_part
-from calibrate.schemes import Registry
-from calibrate.targets.model import Target
+from calibrate.runs.calibration import calibration_result
+from calibrate.runs.config import Problem, RunConfig, scheme_table
+from calibrate.runs.controller import Candidate, Run, Search
+from calibrate.runs.journal import Evaluation
+from calibrate.runs.study import common_result, part_of, rescored, runs_of, score_part
 
 KIND = "leave-one-out"
 RESULT_FORMAT = "calibrate-loo"
@@ -87,75 +86,61 @@ def held_out(problem: Problem, fold: Fold) -> Problem:
 
 
 @dataclass
-class LeaveOneOut(Study):
+class LeaveOneOut(Run):
     """A leave-one-out study: `start` a new one or `open` one, then `run` it (module docstring)."""
 
     kind = KIND
     folds: list[Fold] = field(default_factory=list)
-    by_link: dict[str, list[StudySearch]] = field(default_factory=dict)  # link -> a search per fold
+    by_link: dict[str, list[Search]] = field(default_factory=dict)  # link -> a search per fold
 
     # -- making and reopening
 
     @classmethod
-    def start(cls, run_dir: Path | str, config: RunConfig, target: Target,
-              registry: Registry | None = None) -> LeaveOneOut:
-        """Derive the problem and its folds, and write a new run directory."""
-        RunDir.check_new(run_dir)
-        registry = registry or registry_of(config)
-        problem = problem_of(target, config, registry)
-        folds = folds_of(problem)
-        schemes = host_schemes(problem, registry)  # refused here, before anything is written
-        directory = RunDir.create(run_dir, config, target, problem, kind=KIND,
-                                  study={"folds": [f.to_json() for f in folds]})
-        study = cls.of(directory, [])
-        study._schemes = schemes
-        return study
+    def derive(cls, problem: Problem, config: RunConfig,
+               **options: Any) -> tuple[Problem, Mapping[str, Any] | None]:
+        """The calibration's problem, and its folds (refused with fewer than two)."""
+        return problem, {"folds": [f.to_json() for f in folds_of(problem)]}
 
-    @classmethod
-    def of(cls, directory: RunDir, records: Sequence[Evaluation],
-           unfinished: Sequence[Proposal] = ()) -> LeaveOneOut:
-        """The study as the journal `records` leave it: every fold told every evaluation of
-        its link kind, in journal order; the `unfinished` proposals run again first."""
-        study = cls(directory, list(records))
-        study._resumed(records, unfinished)
-        config, problem = directory.config, directory.problem
-        study.folds = [Fold(str(f["name"]), tuple(f["labels"])) for f in study.settings["folds"]]
+    def rebuild(self) -> None:
+        """Every fold told every evaluation of its link kind, in journal order."""
+        config, problem = self.config, self.problem
+        self.folds = [Fold(str(f["name"]), tuple(f["labels"])) for f in self.settings["folds"]]
         start = problem.space.from_values(problem.warm_start, clip=True)
-        study.by_link = {}
+        evidence = self.target.evidence
         for link in config.links:
             searches = []
-            for i, fold in enumerate(study.folds):
+            for i, fold in enumerate(self.folds):
                 # one seed for all folds: their warm start and Sobol design are the same points,
                 # which one proposes and all are told
                 opt = make_optimizer(config.optimizer, problem.space.dim, seed=config.seed,
                                      warm_start=[start], n_initial=config.initial_design(problem.space.dim))
                 name = fold.name if len(config.links) == 1 else f"{fold.name}/{link}"
-                search = StudySearch(link, opt, name=name, space=problem.space,
-                                     problem=fitted(problem, fold), budget=config.budget, order=i)
-                study.replay(search, [rescored(r, search.problem, config) for r in records if r.link == link])
-                search.interrupted = study.interrupted_of(search)
+                scored = fitted(problem, fold)
+                # a fold's ranges read only what it fits: never its held-out scheme's packets
+                search = Search(name=name, link=link, optimizer=opt, space=problem.space,
+                                problem=scored, budget=config.budget, order=i,
+                                evidence=None if evidence is None else evidence.of_schemes(scored.schemes))
+                self.replay(search, [rescored(r, search.problem, config) for r in self.records
+                                     if r.link == link])
+                search.interrupted = self.interrupted_of(search)
                 searches.append(search)
-            study.by_link[link] = searches
-        return study
+            self.by_link[link] = searches
 
     # -- the loop's hooks
 
-    def searches(self) -> list[StudySearch]:
+    def every_search(self) -> list[Search]:
         return [s for searches in self.by_link.values() for s in searches]
 
-    def running_for(self, search: StudySearch) -> list[Any]:
+    def running_for(self, search: Search) -> list[Candidate]:
         """Every running candidate of its link kind: each is told to every fold."""
         return [c for c, _ in self._running.values() if c.link == search.link]
 
-    def left(self, search: StudySearch) -> int:
-        return search.budget - search.counted - len(self.running_for(search))
-
-    def priority(self, search: StudySearch) -> tuple[Any, ...]:
+    def priority(self, search: Search) -> tuple[Any, ...]:
         """The link kind with fewer evaluations first (as a calibration), then the fold that
         proposed least."""
         return (search.counted + len(self.running_for(search)), search.proposed, search.order)
 
-    def tell(self, record: Evaluation, proposer: StudySearch) -> dict[str, Any]:
+    def tell(self, record: Evaluation, proposer: Search) -> dict[str, Any]:
         for search in self.by_link[record.link]:
             self.learn(search, rescored(record, search.problem, self.config))
         return {"confident": [s.name for s in self.by_link[record.link] if s.confident]}
@@ -167,20 +152,21 @@ class LeaveOneOut(Study):
         held-out error at the winner's incumbent."""
         fold = self.folds[i]
         searches = {link: s[i] for link, s in self.by_link.items()}
-        problem = fitted(self.problem, fold)
-        result = self.view(searches, problem).result()
-        entry: dict[str, Any] = {"fold": fold.name, "labels": list(fold.labels), "calibration": result}
-        best = result.get("best")
-        if not best:
+        outcome = calibration_result(searches, self.config.target, fitted(self.problem, fold),
+                                     self.target.evidence)
+        entry: dict[str, Any] = {"fold": fold.name, "labels": list(fold.labels),
+                                 "calibration": outcome.to_json()}
+        best = outcome.best
+        if best is None:
             entry["failed"] = "no evaluation yet"
             return entry
-        record = next(r for r in self.records if r.candidate == best["candidate"])
+        record = next(r for r in self.records if r.candidate == best.candidate)
         held = score_part(held_out(self.problem, fold), self.config, runs_of(record))
         failed = held.penalized
         entry.update({
-            "link": result["winner"], "candidate": record.candidate, "params": dict(record.params),
+            "link": outcome.winner, "candidate": record.candidate, "params": dict(record.params),
             "emulator": record.emulator,
-            "in_sample": {"f": best["f"], "noise": best["noise"], "errors_pct": best["errors_pct"]},
+            "in_sample": {"f": best.f, "noise": best.noise, "errors_pct": dict(best.errors_pct)},
             "held_out": {"f": held.f, "noise": None if math.isnan(held.noise) else held.noise,
                          "errors_pct": {"tput": held.throughput, "delay": held.delay, "loss": held.loss},
                          "schemes": scheme_table(held)},

@@ -24,6 +24,8 @@ from calibrate.errors import InputError
 from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
 from calibrate.runs.journal import JOURNAL, RESULT, RUN_FILE, Evaluation, RunDir
+from calibrate.runs.progress import eta_s
+from calibrate.runs.result import CalibrationResult
 from calibrate.service.intake import LOG_FILE, made_file
 from calibrate.service.store import CALIBRATION, DONE, FINISHED, RUNNING, SCORE, STUDY, Job, parse_time
 
@@ -81,8 +83,8 @@ class Runs:
             self._journals[job.id] = (key, records)
         return records
 
-    def result(self, job: Job) -> Mapping[str, Any] | None:
-        """result.json, once the loop has written it."""
+    def result(self, job: Job) -> CalibrationResult | None:
+        """A calibration's result.json, once the loop has written it."""
         run = self.run(job)
         if run is None:
             return None
@@ -91,7 +93,8 @@ class Runs:
             cached = self._results.get(job.id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        result = run.read_result() if key is not None else None
+        saved = run.read_result() if key is not None else None
+        result = None if saved is None else CalibrationResult.from_json(saved, str(run.result_file))
         with self._lock:
             self._results[job.id] = (key, result)
         return result
@@ -165,14 +168,14 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
         progress[link] = {"done": len(mine), "budget": budget, "best_f": min(mine, default=None)}
     result = runs.result(job)
     if result is not None:
-        for link, entry in result.get("links", {}).items():
+        for link, entry in result.links.items():
             if link in progress:
-                progress[link]["stopped"] = entry.get("stopped")
+                progress[link]["stopped"] = entry.stopped
     best = None
-    if job.state == DONE and result is not None and result.get("winner"):
-        winner = result["links"][result["winner"]]
-        best = {"link": result["winner"], "f": winner["f"], "noise": winner.get("noise"),
-                "emulator": _emulator(winner["params"]), "text": winner["emulator"]}
+    winner = None if result is None else result.best
+    if job.state == DONE and result is not None and winner is not None:
+        best = {"link": result.winner, "f": winner.f, "noise": winner.noise,
+                "emulator": _emulator(winner.params or {}), "text": winner.emulator}
     elif records:
         record = min(records, key=lambda r: r.f)
         best = {"link": record.link, "f": record.f, "noise": record.noise,
@@ -180,8 +183,7 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
     eta = None
     if job.state == RUNNING and records:
         left = sum(max(budget - p["done"], 0) for p in progress.values() if not p.get("stopped"))
-        spent = max(r.elapsed_s for r in records)
-        eta = round(spent / len(records) * left)
+        eta = round(eta_s(max(r.elapsed_s for r in records), len(records), left) or 0.0)
     report = runs.report(job)
     schemes = None
     if report is not None:
