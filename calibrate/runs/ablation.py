@@ -18,7 +18,7 @@ Every step's search is a calibration's search (the same evaluation, refinement a
 `calibrate.runs.controller`) with `--budget` evaluations of its own, and each step is warm-started
 from the previous step's best point: its optimizer is told that evaluation first (not run
 again); its first proposals are the same point with the added parameter at the target's
-analytic guess (`calibrate.space.warm_start`, the calibration's warm start), and that guess of
+analytic guess (`calibrate.physics.warm_start`, the calibration's warm start), and that guess of
 every parameter the step frees.  That point lies inside the larger model, because a parameter's range always contains
 its default (delay from 0 ms, loss from 0, and the queue up to `UNLIMITED_QUEUE`, which is
 Mahimahi's unlimited queue: the queue is searched on a log scale from the target's lower bound
