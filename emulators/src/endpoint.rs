@@ -110,9 +110,7 @@ pub fn spawn(spec: &EndpointSpec, netns: RawFd, env: &[(String, String)]) -> Res
             if libc::setns(netns, libc::CLONE_NEWNET) != 0 {
                 libc::_exit(126);
             }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            unblock_all_signals();
             libc::execve(exe.as_ptr(), argv_ptrs.as_ptr(), env_ptrs.as_ptr());
             libc::_exit(127);
         }
@@ -151,13 +149,9 @@ pub fn run_init(args: &[String]) -> i32 {
     // grace period ends it (a Pantheon wrapper or iperf would then keep sending into a stopped
     // link). Command does not reset the mask it inherits.
     unsafe {
-        command.pre_exec(|| {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            if libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+        command.pre_exec(|| match unblock_all_signals() {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
         });
     }
     let child = match command.spawn() {
@@ -197,6 +191,16 @@ pub fn run_init(args: &[String]) -> i32 {
             stopping = true;
             unsafe { libc::kill(-1, signal) };
         }
+    }
+}
+
+/// Unblock every signal of the calling thread (async-signal-safe: used between fork and exec).
+/// Returns pthread_sigmask's status.
+fn unblock_all_signals() -> libc::c_int {
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut())
     }
 }
 
