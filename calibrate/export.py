@@ -51,6 +51,7 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.jsonfile import read_json
 from calibrate.metrics import TOTAL
+from calibrate.parameters import PARAMETER_TABLE
 from calibrate.ranges import Ranges
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import LINK_KINDS, emulator_of
@@ -75,9 +76,6 @@ FILE_ROLES = {REPORT: "parameters, per-scheme real vs emulated, provenance",
               FIGURE3[0]: "real vs emulated per scheme (paper Figure 3)", FIGURE3[1]: "the same, SVG",
               CONVERGENCE: "f per evaluation, best so far"}
 LINK_COLORS = {"constant": "tab:blue", "poisson": "tab:orange"}
-#: a search parameter's name in emulator.json (`_emulator_json`'s keys)
-EMULATOR_KEYS = {"rate": "rate_mbps", "delay": "delay_ms", "queue": "queue_packets",
-                 "loss": "uplink_loss"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -150,7 +148,7 @@ def emulator_files(config: EmulatorConfig, root: Path, folder: str = "") -> dict
 def _ranges_json(ranges: Ranges) -> dict[str, Any]:
     """A link kind's ranges in emulator.json: per parameter [low, high] under its emulator key,
     the note (what they mean, or why there are none) and the sentence the figure shows."""
-    return {"ranges": {EMULATOR_KEYS[r.name]: [r.low, r.high] for r in ranges.ranges} or None,
+    return {"ranges": {PARAMETER_TABLE[r.name].key: [r.low, r.high] for r in ranges.ranges} or None,
             "ranges_note": ranges.to_json()["ranges_note"], "ranges_text": ranges.sentence()}
 
 

@@ -22,8 +22,9 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import LINK_TICK_MS, PathEvidence
+from calibrate.parameters import PARAMETER_TABLE, PARAMETERS
 from calibrate.scheme_registry import having
-from calibrate.space import LIMITS, LOSS_KNEE, PARAMETERS, SearchSpace
+from calibrate.space import LOSS_KNEE, SearchSpace
 
 #: Bits per packet: Pantheon's tunnels and Mahimahi's trace opportunities are MTU-sized (1500 B).
 MTU_BITS = 1500 * 8
@@ -225,7 +226,7 @@ def bounds_from_target(
     # loss first: the rate's upper bound divides by it
     loss_hi = min(wilson_upper(s.loss, s.packets(runtime), rule.counting_ses)
                   + rule.noise_sds * s.loss_sd for s in m.values())
-    loss_hi = min(max(loss_hi, rule.loss_floor), LIMITS["loss"][1])
+    loss_hi = min(max(loss_hi, rule.loss_floor), PARAMETER_TABLE["loss"].limits[1])
 
     rate_lo, rate_hi = _rate_bounds(m, loss_hi, evidence, runtime, rate_probing, rule)
 
@@ -233,7 +234,7 @@ def bounds_from_target(
     if evidence is not None:
         delay_hi = min([delay_hi] + [v for v in (evidence.min_delay_ms, evidence.propagation_max_ms)
                                      if v is not None])
-    delay_hi = min(max(math.floor(delay_hi + 1e-9), 1), int(LIMITS["delay"][1]))
+    delay_hi = min(max(math.floor(delay_hi + 1e-9), 1), int(PARAMETER_TABLE["delay"].limits[1]))
 
     queue_lo = rule.queue_low
     queue_hi = max(rule.queue_top, rule.queue_seconds * rate_hi * 1e6 / MTU_BITS)
@@ -242,8 +243,8 @@ def bounds_from_target(
             queue_lo = max(queue_lo, evidence.queue_at_least * (1 - rule.queue_slack))
         if evidence.queue_at_most is not None:
             queue_hi = evidence.queue_at_most * (1 + rule.queue_slack)
-    queue_lo = max(math.floor(queue_lo), int(LIMITS["queue"][0]))
-    queue_hi = min(max(math.ceil(queue_hi), queue_lo + 1), int(LIMITS["queue"][1]))
+    queue_lo = max(math.floor(queue_lo), int(PARAMETER_TABLE["queue"].limits[0]))
+    queue_hi = min(max(math.ceil(queue_hi), queue_lo + 1), int(PARAMETER_TABLE["queue"].limits[1]))
     return {
         "rate": (rate_lo, rate_hi),
         "delay": (0.0, float(delay_hi)),
@@ -256,7 +257,7 @@ def _rate_bounds(m: Mapping[str, SchemeMeasurement], loss_hi: float, evidence: P
                  runtime_s: float, rate_probing: Collection[str] | None, rule: BoundsRule
                  ) -> tuple[float, float]:
     """The rate part of `bounds_from_target` (rule documented there)."""
-    lowest, highest = LIMITS["rate"]
+    lowest, highest = PARAMETER_TABLE["rate"].limits
     if evidence is not None and evidence.capacity_mbps and evidence.capacity_noise is not None:
         capacity = evidence.capacity_mbps
         margin = max(rule.capacity_slack, rule.counting_ses * evidence.capacity_noise)
@@ -327,7 +328,7 @@ def _estimate(
         return max(m.loss - (m.delay / 1e3 / runtime_s if runtime_s else 0.0), 0.0)
 
     loss = float(np.median([path_loss(s) for s in dly])) if dly else min(map(path_loss, stats))
-    loss = 0.0 if loss < resolution else min(loss, LIMITS["loss"][1])
+    loss = 0.0 if loss < resolution else min(loss, PARAMETER_TABLE["loss"].limits[1])
 
     capacity = evidence.capacity_mbps if evidence is not None else None
     if capacity:

@@ -34,15 +34,8 @@ from typing import Any
 from calibrate.evidence import PathEvidence
 from calibrate.optimizers import Optimizer
 from calibrate.optimizers.rules import RANGE_Z
-from calibrate.space import PARAMETERS, SearchSpace
-
-#: How each parameter is shown: (label, unit, factor from the stored value, integer)
-DISPLAY: Mapping[str, tuple[str, str, float, bool]] = {
-    "rate": ("rate", "Mbit/s", 1.0, False),
-    "delay": ("delay", "ms", 1.0, True),
-    "queue": ("queue", "packets", 1.0, True),
-    "loss": ("loss", "%", 100.0, False),
-}
+from calibrate.parameters import PARAMETER_TABLE, PARAMETERS
+from calibrate.space import SearchSpace
 
 #: What the range of one parameter means, for readers of result.json and emulator.json.
 MEANING = (f"values whose f the model cannot tell from the best's: posterior mean of f within "
@@ -81,8 +74,8 @@ class Range:
 
     def text(self) -> str:
         """E.g. ``rate 11.6–12.3 Mbit/s``, ``loss 0–0.12 %``."""
-        label, unit, factor, integer = DISPLAY[self.name]
-        return f"{label} {_pair(self.low * factor, self.high * factor, integer)} {unit}"
+        p = PARAMETER_TABLE[self.name]
+        return f"{p.label} {_pair(p.shown(self.low), p.shown(self.high), p.integer)} {p.display_unit}"
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ elsewhere), its remaining evaluations go to the incumbent's neighbours:
 
 - delay ±1 and ±2 ms (the parameter is searched linearly, in whole ms);
 - queue, rate and loss one and two relative steps down and up on their log scales
-  (÷ or × (1 + s), `STEPS`); the queue's k-th step moves it at least k whole packets, so a small
-  queue's neighbours are the neighbouring integers;
+  (÷ or × (1 + s)); the queue's k-th step moves it at least k whole packets, so a small queue's
+  neighbours are the neighbouring integers (the steps: each parameter's `refinement_steps`,
+  `calibrate.parameters`);
 - clipped to the bounds; a step that does not move the parameter (a bound, loss 0) is dropped,
   and so is a neighbour whose emulator has already been evaluated or is running (compared as
   parameter values: the search's own points are not on the integers' canonical coordinates).
@@ -21,21 +22,11 @@ points, and a resumed run proposes the same ones.  The neighbourhood moves with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from calibrate.optimizers import Optimizer
+from calibrate.parameters import PARAMETER_TABLE
 from calibrate.space import Parameter, SearchSpace
-
-#: The steps per parameter, smallest first: ms for the linearly searched delay; relative
-#: (× or ÷ 1 + s) for the parameters searched on a log scale.
-STEPS: Mapping[str, tuple[float, float]] = {
-    "rate": (0.02, 0.05),
-    "delay": (1.0, 2.0),
-    "queue": (0.1, 0.25),
-    "loss": (0.1, 0.25),
-}
 
 #: Significant digits to which two parameter values are the same emulator.
 SAME_VALUE_DIGITS = 12
@@ -60,11 +51,12 @@ def neighbours(space: SearchSpace, x: np.ndarray) -> list[np.ndarray]:
     center = _key(space, x)
     out: list[np.ndarray] = []
     seen = {center}
-    for k in range(max(len(s) for s in STEPS.values())):
+    for k in range(max(len(p.refinement_steps) for p in PARAMETER_TABLE.values())):
         for name in space.free:
             p = space.parameter(name)
             for direction in (-1, 1):
-                moved = {**values, name: _step(p, float(values[name]), STEPS[name][k], direction, k + 1)}
+                size = PARAMETER_TABLE[name].refinement_steps[k]
+                moved = {**values, name: _step(p, float(values[name]), size, direction, k + 1)}
                 u = space.from_values(moved, clip=True)
                 key = _key(space, u)
                 if key not in seen:

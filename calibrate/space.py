@@ -6,7 +6,8 @@ uplink loss rate.  Constant and Poisson deliveries are two separate searches ove
 so the link kind is not a dimension here.
 
 The optimizers only ever see the unit cube [0, 1]^d of the *free* parameters; this module owns the
-map between that cube and emulator parameters:
+map between that cube and emulator parameters (each one's scale is its row of
+`calibrate.parameters.PARAMETER_TABLE`):
 
 - rate (Mbit/s): log scale, because a 10 % error matters as much at 1 Mbit/s as at 100 Mbit/s;
 - delay (ms, whole milliseconds): linear, since `mm-delay` takes integer milliseconds and the
@@ -26,38 +27,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from calibrate.errors import InputError
-
-Scale = Literal["linear", "log", "log1p"]
-
-#: All parameters in canonical order (the order of `SearchSpace.decode`'s columns).
-PARAMETERS: tuple[str, ...] = ("rate", "delay", "queue", "loss")
+from calibrate.parameters import PARAMETER_TABLE, PARAMETERS, Scale
 
 #: Loss knee of the 2017 harness's map x = k·(10^(c·u) − 1) (Pantheon's calibration harness,
 #: `proxy_master.py` in StanfordLPNG/replication_with_emulation).
 LOSS_KNEE = 1e-4
-
-# How each parameter is searched; only the bounds vary between targets.
-_SPEC: dict[str, tuple[str, Scale, bool]] = {
-    # name: (unit, scale, integer)
-    "rate": ("Mbit/s", "log", False),
-    "delay": ("ms", "linear", True),
-    "queue": ("packets", "log", True),
-    "loss": ("fraction", "log1p", False),
-}
-
-#: Physical limits: what an emulator can be configured with at all.
-LIMITS: dict[str, tuple[float, float]] = {
-    "rate": (1e-3, 1e5),
-    "delay": (0.0, 1e4),
-    "queue": (1.0, 1e7),
-    "loss": (0.0, 0.99),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,7 +72,7 @@ class Parameter:
     integer: bool
 
     def __post_init__(self) -> None:
-        lo_limit, hi_limit = LIMITS[self.name]
+        lo_limit, hi_limit = PARAMETER_TABLE[self.name].limits
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             raise InputError(f"bounds of {self.name} must be finite numbers, got "
                              f"({self.low}, {self.high})")
@@ -132,10 +111,10 @@ class Parameter:
 
 def make_parameter(name: str, low: float, high: float) -> Parameter:
     """A parameter of the standard kind (unit, scale, integrality) with the given bounds."""
-    if name not in _SPEC:
+    if name not in PARAMETER_TABLE:
         raise InputError(f"unknown parameter {name!r}; use one of {', '.join(PARAMETERS)}")
-    unit, scale, integer = _SPEC[name]
-    return Parameter(name, float(low), float(high), unit, scale, integer)
+    spec = PARAMETER_TABLE[name]
+    return Parameter(name, float(low), float(high), spec.unit, spec.scale, spec.integer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,10 +143,10 @@ class SearchSpace:
         fixed = {}
         for name, value in self.fixed.items():
             value = float(value)
-            lo, hi = LIMITS[name]
+            lo, hi = PARAMETER_TABLE[name].limits
             if not (math.isfinite(value) and lo <= value <= hi):
                 raise InputError(f"fixed {name} = {value} is outside [{lo:g}, {hi:g}]")
-            fixed[name] = round(value) if _SPEC[name][2] else value
+            fixed[name] = round(value) if PARAMETER_TABLE[name].integer else value
         # a private read-only copy in canonical order, so the frozen space cannot change under
         # a caller's dict
         ordered = {n: fixed[n] for n in PARAMETERS if n in fixed}
@@ -194,7 +173,7 @@ class SearchSpace:
         missing = [n for n in PARAMETERS if n not in bounds and n not in fixed]
         if missing:
             raise InputError(f"no bounds for {', '.join(missing)}; give (low, high) or fix them")
-        params = tuple(make_parameter(n, *bounds.get(n, LIMITS[n])) for n in PARAMETERS)
+        params = tuple(make_parameter(n, *bounds.get(n, PARAMETER_TABLE[n].limits)) for n in PARAMETERS)
         return cls(params, fixed)
 
     # -- views
@@ -279,7 +258,7 @@ class SearchSpace:
     def to_values(self, u: ArrayLike) -> dict[str, float]:
         """One unit-cube point (dim,) -> {name: value} for all four parameters."""
         row = self.decode(np.asarray(u, dtype=float).reshape(1, -1))[0]
-        return {n: (int(x) if _SPEC[n][2] else float(x)) for n, x in zip(PARAMETERS, row, strict=True)}
+        return {n: (int(x) if PARAMETER_TABLE[n].integer else float(x)) for n, x in zip(PARAMETERS, row, strict=True)}
 
     def from_values(self, values: Mapping[str, float], *, clip: bool = False) -> np.ndarray:
         """{name: value} -> one unit-cube point (dim,). Fixed parameters may be omitted."""

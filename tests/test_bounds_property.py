@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.fluid import DELAY_BASED, LOSS_BASED, SCHEMES, model_replicates
+from calibrate.parameters import PARAMETERS
 from calibrate.physics import BoundsRule, SchemeMeasurement, bounds_from_target, warm_start
-from calibrate.space import PARAMETERS, SearchSpace
+from calibrate.space import SearchSpace
 
 RUNTIME_S = 30.0
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -16,8 +16,8 @@ from calibrate import trace
 from calibrate.errors import InputError
 from calibrate.evidence import HOST_ALLOWANCE_MS, PathEvidence, parse_link_log, run_evidence
 from calibrate.metrics import analyze_datalink_log, percentile_nearest, write_perf_json
+from calibrate.parameters import PARAMETERS
 from calibrate.physics import bounds_from_target, warm_start
-from calibrate.space import PARAMETERS
 from calibrate.targets.datadir import read_data_dir
 from calibrate.targets.load import load_target
 from calibrate.targets.model import Target

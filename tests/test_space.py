@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calibrate.errors import InputError
+from calibrate.parameters import PARAMETERS
 from calibrate.physics import SchemeMeasurement, bounds_from_target, space_from_target, warm_start
-from calibrate.space import LOSS_KNEE, PARAMETERS, SearchSpace
+from calibrate.space import LOSS_KNEE, SearchSpace
 
 # /work/shared/data/nepal-2017-01-03.csv, inline: scheme -> (tput Mbit/s, p95 delay ms, loss
 # fraction = loss_pct_mean / 100)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from calibrate.cli.common import parse_links
+from calibrate.cli.common import requested_links
 from calibrate.cli.run import add_run_command, search_config, start
 
 
@@ -30,5 +30,5 @@ def _ablate(args: argparse.Namespace) -> int:
     from calibrate.runs.config import LINK_KINDS
 
     order = parse_order(args.order)
-    config = search_config(args, parse_links(args.links) or LINK_KINDS)  # checked before anything runs
+    config = search_config(args, requested_links(args) or LINK_KINDS)  # checked before anything runs
     return start(args, "ablation", Ablation, lambda target: config, order=order)

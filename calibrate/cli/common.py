@@ -60,37 +60,11 @@ def old_spelling(parser: argparse.ArgumentParser | Any, old: str, new: str, dest
                         default=argparse.SUPPRESS, **kwargs)
 
 
-def parse_schemes(text: str | None, option: str = "--schemes") -> tuple[str, ...]:
-    """--schemes A,B|all: the labels named, or () for every scheme (`all`, or no option)."""
-    if text is None:
-        return ()
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    if not names:
-        raise InputError(f"{option} is empty: name schemes (e.g. {option} cubic,vegas), give "
-                         f"`{option} all` for every one, or leave the option out")
-    if "all" in names:
-        if len(names) > 1:
-            raise InputError(f"{option} {text}: `all` means every scheme; give it alone")
-        return ()
-    return names
-
-
-def parse_links(text: str | None) -> tuple[str, ...]:
+def requested_links(args: argparse.Namespace) -> tuple[str, ...]:
     """--links KINDS: the link kinds named (checked), or () when the option is not given."""
-    from calibrate.runs.config import LINK_KINDS
+    from calibrate.runs.options import values_of_arguments
 
-    if text is None:
-        return ()
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    if not kinds:
-        raise InputError(f"--links is empty: give {' or '.join(LINK_KINDS)}, or both "
-                         f"({','.join(LINK_KINDS)})")
-    unknown = [k for k in kinds if k not in LINK_KINDS]
-    if unknown:
-        raise InputError(f"--links {text}: unknown link kind {unknown[0]!r}; the kinds are "
-                         f"{' and '.join(LINK_KINDS)} (e.g. --links {LINK_KINDS[0]}, or --links "
-                         f"{','.join(LINK_KINDS)} for both)")
-    return kinds
+    return tuple(values_of_arguments(args, ["links"])["links"] or ())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,37 +146,27 @@ def require_root() -> None:
 
 def add_evaluation_options(parser: argparse.ArgumentParser) -> None:
     """TARGET and how one evaluation runs and is scored (`run` and `score`)."""
-    from calibrate.runs.config import RunConfig
+    from calibrate.runs.options import EVALUATION, add_arguments
 
-    d = RunConfig(target="")
     parser.add_argument("target", metavar="TARGET", help=TARGET_HELP)
-    parser.add_argument("--schemes", metavar="A,B|all", help="target schemes to score (labels or "
-                        "names), or all (the default): every one this host runs")
-    parser.add_argument("--runtime", type=float, default=d.runtime_s, metavar="S",
-                        help="seconds per scheme run, Pantheon's -t (default: %(default)s)")
-    parser.add_argument("--replicates", type=int, default=d.replicates, metavar="K",
-                        help="runs of each scheme per evaluation (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed,
-                        help="seed of traces, losses and the optimizers (default: %(default)s)")
-    parser.add_argument("--aggregate", choices=("mean", "median"), default=d.aggregate,
-                        help="the target's per-scheme aggregate (default: %(default)s)")
-    parser.add_argument("--include-loss", action="store_true",
-                        help="add the loss error to f (reported either way)")
+    add_arguments(parser, EVALUATION)
     add_pantheon_options(parser)
     add_backend_options(parser)
     add_source_options(parser)
 
 
-def run_config(args: argparse.Namespace, **search: Any):
-    """RunConfig from `add_evaluation_options` (plus a search's own settings)."""
-    from calibrate.runs.config import RunConfig
+def run_config(args: argparse.Namespace, *search: str, links: tuple[str, ...] | None = None):
+    """RunConfig from `add_evaluation_options`, plus the `search` options of
+    `calibrate.runs.options` (their arguments) and the link kinds to search."""
+    from calibrate.runs.options import EVALUATION, config_of, values_of_arguments
 
-    return RunConfig(target=args.target, schemes=parse_schemes(args.schemes), runtime_s=args.runtime,
-                     replicates=args.replicates, seed=args.seed, aggregate=args.aggregate,
-                     include_loss=args.include_loss,
+    values = values_of_arguments(args, [*EVALUATION, *search])
+    if links is not None:
+        values["links"] = list(links)
+    return config_of(args.target, values,
                      pantheon_dir=None if args.pantheon_dir is None else str(args.pantheon_dir.resolve()),
                      pantheon_python=args.pantheon_python, backend=args.backend,
-                     mahimahi_user=args.mahimahi_user, **search)
+                     mahimahi_user=args.mahimahi_user)
 
 
 def add_ray_options(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from calibrate.cli.common import parse_links
+from calibrate.cli.common import requested_links
 from calibrate.cli.run import add_run_command, search_config, start
 
 
@@ -25,6 +25,6 @@ def _loo(args: argparse.Namespace) -> int:
     from calibrate.runs.config import LINK_KINDS, links_for
     from calibrate.runs.loo import LeaveOneOut
 
-    requested = parse_links(args.links)
+    requested = requested_links(args)
     search_config(args, requested or LINK_KINDS)  # the options checked before anything runs
     return start(args, "loo", LeaveOneOut, lambda target: search_config(args, links_for(target, requested)))

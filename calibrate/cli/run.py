@@ -21,15 +21,14 @@ from calibrate.cli.common import (
     fmt_duration,
     fmt_f,
     load_target_of,
-    parse_links,
     print_result,
     ray_settings,
+    requested_links,
     require_root,
     run_config,
     workload_text,
 )
-from calibrate.errors import CalibrateError, InputError
-from calibrate.space import PARAMETERS
+from calibrate.errors import CalibrateError
 
 if TYPE_CHECKING:  # the run layer (and Ray) is imported when a command runs, not to parse options
     from rich.table import Table
@@ -78,29 +77,15 @@ def add_run_command(subparsers: argparse._SubParsersAction, name: str,
 
 def add_search_options(parser: argparse.ArgumentParser, *, per: str, links_help: str,
                        fix: bool = True) -> None:
-    """The search's options of `run`, `loo` and `ablate`: the budget of each search (`per`
-    names one), the optimizer, the link kinds, the time limit, the design, fixed parameters and
-    bounds, the run directory."""
-    from calibrate.runs.config import LINK_KINDS, RunConfig
+    """The search's options of `run`, `loo` and `ablate` (`calibrate.runs.options.SEARCH`): the
+    budget of each search (`per` names one), the optimizer, the link kinds, the time limit, the
+    design, fixed parameters (unless not `fix`) and bounds; and the run directory."""
+    from calibrate.runs.config import LINK_KINDS
+    from calibrate.runs.options import SEARCH, add_arguments
 
-    d = RunConfig(target="")
-    parser.add_argument("--budget", type=int, default=d.budget,
-                        help=f"evaluations per {per} (default: %(default)s)")
-    parser.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"), default=d.optimizer,
-                        help="GP with qLogNEI (BoTorch), scikit-optimize GP-EI, or random search "
-                             "(default: %(default)s)")
-    parser.add_argument("--links", metavar="KINDS", help=f"of {','.join(LINK_KINDS)}: {links_help}")
-    parser.add_argument("--time-limit", type=float, metavar="S",
-                        help="stop proposing after this many seconds of the run")
-    parser.add_argument("--n-initial", type=int, metavar="N",
-                        help="size of each search's Sobol design after its warm start (default: 2 x "
-                             "dims, at most budget/4)")
-    if fix:
-        parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
-                            help=f"fix a parameter ({', '.join(PARAMETERS)}), e.g. --fix loss=0; "
-                                 f"repeatable")
-    parser.add_argument("--bound", action="append", default=[], metavar="NAME=LO:HI",
-                        help="override a parameter's search bounds, e.g. --bound queue=10:400; repeatable")
+    add_arguments(parser, [name for name in SEARCH if fix or name != "fix"],
+                  helps={"budget": f"evaluations per {per}",
+                         "links": f"of {','.join(LINK_KINDS)}: {links_help}"})
     parser.add_argument("--out", type=Path, metavar="RUN_DIR",
                         help="run directory (default: runs/<target>-<UTC time>, a study's with its "
                              "command: runs/<target>-loo-<UTC time>)")
@@ -108,52 +93,9 @@ def add_search_options(parser: argparse.ArgumentParser, *, per: str, links_help:
 
 def search_config(args: argparse.Namespace, links: tuple[str, ...]) -> RunConfig:
     """The RunConfig `add_evaluation_options` and `add_search_options` give, for `links`."""
-    return run_config(args, budget=args.budget, optimizer=args.optimizer, links=links,
-                      time_limit_s=args.time_limit, n_initial=args.n_initial,
-                      fixed=parse_fixed(getattr(args, "fix", [])), bounds=parse_bounds(args.bound))
+    from calibrate.runs.options import SEARCH
 
-
-# ----------------------------------------------------------------------------------------------
-# Options -> settings
-
-
-def _assignments(items: list[str], what: str) -> dict[str, str]:
-    form = {"fix": "NAME=VALUE, e.g. --fix loss=0", "bound": "NAME=LO:HI, e.g. --bound queue=10:400"}[what]
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep:
-            raise InputError(f"--{what} {item!r}: expected {form}")
-        if name not in PARAMETERS:
-            raise InputError(f"--{what} {item!r}: unknown parameter {name!r}; the parameters are "
-                             f"{', '.join(PARAMETERS)} ({form})")
-        out[name] = value.strip()
-    return out
-
-
-def _number(text: str, option: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise InputError(f"{option}: {text!r} is not a number") from None
-
-
-def parse_fixed(items: list[str]) -> dict[str, float]:
-    return {k: _number(v, f"--fix {k}") for k, v in _assignments(items, "fix").items()}
-
-
-def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
-    out = {}
-    for name, text in _assignments(items, "bound").items():
-        lo, sep, hi = text.partition(":")
-        if not sep:
-            raise InputError(f"--bound {name}={text}: expected LO:HI, e.g. --bound {name}=1:10")
-        low, high = _number(lo, f"--bound {name}"), _number(hi, f"--bound {name}")
-        if not low < high:
-            raise InputError(f"--bound {name}={text}: the low bound must be below the high one")
-        out[name] = (low, high)
-    return out
+    return run_config(args, *(name for name in SEARCH if name != "links" and hasattr(args, name)), links=links)
 
 
 def default_run_dir(target: str, command: str | None = None) -> Path:
@@ -316,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
     from calibrate.runs.calibration import Calibration
     from calibrate.runs.config import links_for
 
-    requested = parse_links(args.links)
+    requested = requested_links(args)
     return start(args, None, Calibration, lambda target: search_config(args, links_for(target, requested)))
 
 

@@ -36,7 +36,7 @@ def _add_server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from calibrate.space import PARAMETERS
+    from calibrate.runs.options import REQUEST, add_arguments
 
     submit = subparsers.add_parser(
         "submit", help="submit a calibration to a calibration server (calibrate serve)",
@@ -54,19 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="the study's target is that of calibration ID on the server (instead of TARGET)")
     study.add_argument("--order", metavar="greedy|rate,delay,queue,loss", help="ablate: the order of the steps")
     options = submit.add_argument_group("calibrate run's options (the server's defaults when left out)")
-    options.add_argument("--schemes", metavar="A,B|all")
-    options.add_argument("--links", metavar="KINDS", help="constant, poisson or constant,poisson")
-    options.add_argument("--budget", type=int, help="evaluations per link kind")
-    options.add_argument("--replicates", type=int, metavar="K")
-    options.add_argument("--runtime", type=float, metavar="S")
-    options.add_argument("--optimizer", choices=("gpytorch", "skopt", "random"))
-    options.add_argument("--seed", type=int)
-    options.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
-                         help=f"fix a parameter ({', '.join(PARAMETERS)}); repeatable")
-    options.add_argument("--bound", action="append", default=[], metavar="NAME=LO:HI",
-                         help="a parameter's search bounds; repeatable")
-    options.add_argument("--time-limit", type=float, metavar="S")
-    options.add_argument("--n-initial", type=int, metavar="N")
+    add_arguments(options, REQUEST, defaults=False)
     submit.add_argument("--force", action="store_true", help="run it again even if it ran already")
     submit.add_argument("--wait", action="store_true",
                         help="follow the job (one line per finished evaluation) until it ends")
@@ -96,17 +84,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    from calibrate.cli.run import parse_bounds, parse_fixed
+    """The request's options: those given (the server fills in the rest)."""
+    from calibrate.runs.options import REQUEST, values_of_arguments
 
-    given = {"schemes": args.schemes, "links": args.links, "budget": args.budget,
-             "replicates": args.replicates, "runtime": args.runtime, "optimizer": args.optimizer,
-             "seed": args.seed, "time_limit": args.time_limit, "n_initial": args.n_initial}
-    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    if args.fix:
-        options["fix"] = parse_fixed(args.fix)
-    if args.bound:
-        options["bound"] = {k: list(v) for k, v in parse_bounds(args.bound).items()}
-    return options
+    return {k: v for k, v in values_of_arguments(args, REQUEST).items() if v is not None}
 
 
 def _progress_text(job: dict[str, Any]) -> str:

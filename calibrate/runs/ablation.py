@@ -42,6 +42,7 @@ from typing import Any
 from calibrate.errors import InputError
 from calibrate.optimizers import make_optimizer
 from calibrate.optimizers.base import find_point
+from calibrate.parameters import PARAMETERS, by_key
 from calibrate.runs.calibration import calibration_result
 from calibrate.runs.config import UNLIMITED_QUEUE, Problem, RunConfig
 from calibrate.runs.controller import CONVERGED, Run, Search
@@ -49,7 +50,7 @@ from calibrate.runs.journal import Evaluation
 from calibrate.runs.result import CalibrationResult, LinkResult
 from calibrate.runs.study import common_result
 from calibrate.schemes import Registry
-from calibrate.space import LOSS_KNEE, PARAMETERS, SearchSpace
+from calibrate.space import LOSS_KNEE, SearchSpace
 from calibrate.targets.model import Target
 
 KIND = "ablation"
@@ -323,9 +324,8 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "link": s["link"], "f": s.get("f"), "noise": s.get("noise"),
                     "change": s.get("change"), "change_noise": s.get("change_noise"),
                     "rise_beyond_noise": s.get("rise"),
-                    "rate_mbps": p.get("rate"), "delay_ms": p.get("delay"),
-                    "queue_packets": None if queue is None or queue >= UNLIMITED_QUEUE else queue,
-                    "uplink_loss": p.get("loss"), "emulator": s.get("emulator"),
+                    **by_key({**p, "queue": None if queue is None or queue >= UNLIMITED_QUEUE else queue}),
+                    "emulator": s.get("emulator"),
                     "evaluations": sum(t["evaluations"] for t in s["trials"]),
                     "trials": " ".join(f"{t['adds']}={t['f']:.1f}" for t in s["trials"]
                                        if t.get("f") is not None)})

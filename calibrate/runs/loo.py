@@ -45,6 +45,7 @@ from typing import Any
 
 from calibrate.errors import InputError
 from calibrate.optimizers import make_optimizer
+from calibrate.parameters import by_key
 from calibrate.runs.calibration import calibration_result
 from calibrate.runs.config import Problem, RunConfig, scheme_table
 from calibrate.runs.controller import Candidate, Run, Search
@@ -213,8 +214,7 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "held_out_noise": held.get("noise"), "held_out_tput_pct": herr.get("tput"),
                     "held_out_delay_pct": herr.get("delay"), "held_out_loss_pct": herr.get("loss"),
                     "in_sample_f": ins.get("f"), "in_sample_noise": ins.get("noise"),
-                    "rate_mbps": params.get("rate"), "delay_ms": params.get("delay"),
-                    "queue_packets": params.get("queue"), "uplink_loss": params.get("loss"),
+                    **by_key(params),
                     "emulator": fold.get("emulator"), "failed": fold.get("failed")})
     return out
 

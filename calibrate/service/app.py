@@ -36,7 +36,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -45,6 +45,7 @@ from swagger_ui_bundle import swagger_ui_path
 
 from calibrate import installed_version
 from calibrate.errors import CalibrateError, EnvironmentProblem
+from calibrate.runs.options import form_html
 from calibrate.service import views
 from calibrate.service.intake import (
     CalibrationRequest,
@@ -87,7 +88,7 @@ EVENT_POLL_S = 0.5
 KEEPALIVE_S = 15.0
 EXAMPLE = '{"target": "nepal", "options": {"budget": 24, "links": "constant"}}'
 #: the longest Last-Event-ID an event stream reads: its ids count evaluations, which are fewer
-#: than a job's budget (at most MAX_BUDGET per link kind)
+#: than a job's budget (at most `calibrate.runs.options.MAX_BUDGET` per link kind)
 MAX_EVENT_ID_DIGITS = 9
 #: the cookie the web page keeps its token in, for reads (module docstring)
 TOKEN_COOKIE = "calibrate_token"
@@ -642,12 +643,16 @@ def create_app(settings: ServiceSettings, *, store: Store | None = None) -> Fast
                 "max_upload_bytes": settings.max_upload_bytes, "kinds": list(KINDS), "jobs": counts}
 
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
+    def index() -> HTMLResponse:
+        """The page, its form's run options made from their declaration (`form_html`)."""
         page = WEB_DIR / "index.html"
         if not page.is_file():
             raise _refuse(404, "this installation has no web page (calibrate/service/web/index.html); "
                                "the API is at /docs")
-        return FileResponse(page, media_type="text/html")
+        text = page.read_text()
+        for where in ("main", "more"):
+            text = text.replace(f"<!-- run options: {where} -->", form_html(where))
+        return HTMLResponse(text)
 
     app.mount("/static", StaticFiles(directory=WEB_DIR, check_dir=False), name="static")
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")

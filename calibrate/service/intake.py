@@ -36,33 +36,30 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import CalibrateError, InputError
 from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
+from calibrate.parameters import PARAMETERS
 from calibrate.runs.ablation import GREEDY, parse_order
 from calibrate.runs.config import LINK_KINDS, RunConfig, host_schemes, links_for, problem_of, registry_of
-from calibrate.scripted import MAX_RUNTIME_S
+from calibrate.runs.options import REQUEST, config_of, flags_of, request_fields
 from calibrate.service.settings import ServiceSettings
 from calibrate.service.store import CALIBRATION, QUEUED, SCORE, STUDY, Job, Store, now
-from calibrate.space import PARAMETERS
 from calibrate.targets.archive import ARCHIVE_SUFFIXES
 from calibrate.targets.bundled import bundled_targets, load_bundled
 from calibrate.targets.load import BUNDLED_PREFIX, load_path
 from calibrate.targets.model import Target
 from calibrate.targets.result_id import FetchOptions, looks_like_result_id, parse_result_id, read_result
 
-_DEFAULTS = RunConfig(target="")
 #: table suffixes an upload may have (archives: `calibrate.targets.archive.ARCHIVE_SUFFIXES`)
 TABLE_SUFFIXES = (".csv", ".json", ".txt")
 UPLOAD_SUFFIXES = (*ARCHIVE_SUFFIXES, *TABLE_SUFFIXES)
 _SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
-MAX_BUDGET = 1000
-MAX_REPLICATES = 100
 INPUT_DIR = "input"
 TARGET_FILE = "target.json"
 RUN_DIR = "run"
@@ -104,37 +101,17 @@ def _names(value: str | list[str] | None, what: str) -> list[str] | None:
     return items
 
 
-class RunOptions(BaseModel):
-    """The options of `calibrate run` a request may give (the rest are the server's).  Numbers
-    are JSON numbers (strict): "10" and true are no budget."""
+class _RunOptionChecks(BaseModel):
+    """What a request's options must be beyond their types and bounds (`RunOptions`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    schemes: str | list[str] | None = Field(
-        default=None, description="target schemes to score, 'cubic,vegas' or a list; 'all' or none: every one")
-    links: str | list[str] | None = Field(
-        default=None, description="link kinds: constant, poisson or both (default: what the target shows, else both)")
-    budget: int = Field(default=_DEFAULTS.budget, ge=1, le=MAX_BUDGET, strict=True,
-                        description="evaluations per link kind")
-    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, strict=True,
-                            description="runs of each scheme")
-    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, strict=True,
-                           description="seconds per run")
-    optimizer: Literal["gpytorch", "skopt", "random"] = "gpytorch"  # RunConfig's (tests check)
-    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1, strict=True)
-    fix: dict[str, StrictFloat] = Field(default_factory=dict, description="fixed parameters, e.g. {\"loss\": 0}")
-    bound: dict[str, tuple[StrictFloat, StrictFloat]] = Field(
-        default_factory=dict, description="search bounds, e.g. {\"queue\": [10, 400]}")
-    time_limit: float | None = Field(default=None, gt=0, le=30 * 86400, strict=True,
-                                     description="seconds of calibration")
-    n_initial: int | None = Field(default=None, ge=1, le=MAX_BUDGET, strict=True, description="initial design size")
-
-    @field_validator("schemes")
+    @field_validator("schemes", check_fields=False)
     @classmethod
     def _schemes(cls, value: str | list[str] | None) -> list[str] | None:
         return scheme_list(value)
 
-    @field_validator("links")
+    @field_validator("links", check_fields=False)
     @classmethod
     def _links(cls, value: str | list[str] | None) -> list[str] | None:
         kinds = _names(value, "links")
@@ -145,7 +122,7 @@ class RunOptions(BaseModel):
             raise ValueError(f"unknown link kind {unknown[0]!r}; the kinds are {' and '.join(LINK_KINDS)}")
         return list(dict.fromkeys(kinds))
 
-    @field_validator("fix", "bound")
+    @field_validator("fix", "bound", check_fields=False)
     @classmethod
     def _parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
         unknown = [k for k in value if k not in PARAMETERS]
@@ -153,13 +130,24 @@ class RunOptions(BaseModel):
             raise ValueError(f"unknown parameter {unknown[0]!r}; the parameters are {', '.join(PARAMETERS)}")
         return value
 
-    @field_validator("bound")
+    @field_validator("bound", check_fields=False)
     @classmethod
     def _bounds(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
         for name, (low, high) in value.items():
             if not low < high:
                 raise ValueError(f"{name}: the low bound {low:g} must be below the high one {high:g}")
         return value
+
+
+#: The options of `calibrate run` a request may give (the rest are the server's), made of their
+#: declaration (`calibrate.runs.options`).  Numbers are JSON numbers (strict): "10" and true
+#: are no budget.
+if TYPE_CHECKING:  # a model made at run time: its fields, typed, are the declaration's
+    class RunOptions(_RunOptionChecks):
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    RunOptions = create_model("RunOptions", __base__=_RunOptionChecks, __doc__=_RunOptionChecks.__doc__,
+                              **request_fields(REQUEST))
 
 
 class CalibrationRequest(BaseModel):
@@ -174,7 +162,7 @@ class CalibrationRequest(BaseModel):
     force: bool = Field(default=False, description="run again even if the same content and options ran")
 
 
-class ScoreRequest(BaseModel):
+class _ScoreFields(BaseModel):
     """POST /v1/scores: f of one given emulator on a target (`calibrate score`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -183,23 +171,29 @@ class ScoreRequest(BaseModel):
     emulator: str = Field(..., min_length=1, max_length=2000,
                           description="a Mahimahi command line or Pantheon test.py arguments; traces "
                                       "named by rate (12mbps.trace, 0.57mbps-poisson.trace)")
-    schemes: str | list[str] | None = None
-    replicates: int = Field(default=_DEFAULTS.replicates, ge=1, le=MAX_REPLICATES, strict=True)
-    runtime: float = Field(default=_DEFAULTS.runtime_s, gt=0, le=MAX_RUNTIME_S, strict=True)
-    seed: int = Field(default=_DEFAULTS.seed, ge=0, le=2**31 - 1, strict=True)
     force: bool = False
 
-    @field_validator("schemes")
+    @field_validator("schemes", check_fields=False)
     @classmethod
     def _schemes(cls, value: str | list[str] | None) -> list[str] | None:
         return scheme_list(value)
 
     @model_validator(mode="after")
-    def _no_files(self) -> ScoreRequest:
+    def _no_files(self) -> _ScoreFields:
         if "/" in self.emulator or "\\" in self.emulator:
             raise ValueError("emulator: the server reads no trace files; name traces by rate "
                              "(12mbps.trace, 0.57mbps-poisson.trace), without a directory")
         return self
+
+
+#: the score's request: its emulator, and the evaluation's options a request may give
+SCORE_OPTIONS = ("schemes", "replicates", "runtime", "seed")
+if TYPE_CHECKING:
+    class ScoreRequest(_ScoreFields):
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    ScoreRequest = create_model("ScoreRequest", __base__=_ScoreFields, __doc__=_ScoreFields.__doc__,
+                                **request_fields(SCORE_OPTIONS))
 
 
 class StudyRequest(BaseModel):
@@ -345,16 +339,6 @@ def load_upload(upload: SavedUpload, settings: ServiceSettings) -> Target:
 # Options, normalized and checked as `calibrate run` would check them
 
 
-def run_config(spec: str, options: Mapping[str, Any]) -> RunConfig:
-    """The RunConfig of normalized options (`normalize_run`)."""
-    return RunConfig(target=spec, schemes=tuple(options["schemes"] or ()), budget=options["budget"],
-                     optimizer=options["optimizer"], runtime_s=options["runtime"],
-                     replicates=options["replicates"], links=tuple(options["links"]),
-                     seed=options["seed"], time_limit_s=options["time_limit"],
-                     n_initial=options["n_initial"], fixed=dict(options["fix"]),
-                     bounds={k: (v[0], v[1]) for k, v in options["bound"].items()})
-
-
 def _check_problem(target: Target, config: RunConfig) -> None:
     """What `calibrate run` checks before it writes anything: the schemes (in the target, and
     runnable here), the space with the fixed values and bounds."""
@@ -362,16 +346,15 @@ def _check_problem(target: Target, config: RunConfig) -> None:
     host_schemes(problem_of(target, config, registry), registry)
 
 
-def normalize_run(options: RunOptions, spec: str, target: Target) -> dict[str, Any]:
-    """Every option with its value (defaults filled in, link kinds resolved), checked."""
-    normalized = {
-        "schemes": options.schemes, "links": list(links_for(target, tuple(options.links or ()))),
-        "budget": options.budget, "replicates": options.replicates, "runtime": options.runtime,
-        "optimizer": options.optimizer, "seed": options.seed,
-        "fix": {k: options.fix[k] for k in sorted(options.fix)},
-        "bound": {k: list(options.bound[k]) for k in sorted(options.bound)},
-        "time_limit": options.time_limit, "n_initial": options.n_initial}
-    _check_problem(target, run_config(spec, normalized))
+def normalize_run(options: BaseModel, spec: str, target: Target) -> dict[str, Any]:
+    """Every option with its value (defaults filled in, link kinds resolved, parameters in
+    order), checked."""
+    values = options.model_dump()
+    normalized = {name: values[name] for name in REQUEST}
+    normalized["links"] = list(links_for(target, tuple(values["links"] or ())))
+    normalized["fix"] = {k: values["fix"][k] for k in sorted(values["fix"])}
+    normalized["bound"] = {k: list(values["bound"][k]) for k in sorted(values["bound"])}
+    _check_problem(target, config_of(spec, normalized))
     return normalized
 
 
@@ -381,11 +364,9 @@ def normalize_score(request: ScoreRequest, target: Target) -> dict[str, Any]:
     if emulator.uplink_trace is not None or emulator.downlink_trace is not None:
         raise InputError("emulator: the server reads no trace files; name traces by rate "
                          "(12mbps.trace, 0.57mbps-poisson.trace)")
-    normalized = {"emulator": emulator.mahimahi_command(), "schemes": request.schemes,
-                  "replicates": request.replicates, "runtime": request.runtime, "seed": request.seed}
-    config = RunConfig(target=request.target, schemes=tuple(request.schemes or ()),
-                       runtime_s=request.runtime, replicates=request.replicates, seed=request.seed)
-    _check_problem(target, config)
+    values = request.model_dump()
+    normalized = {"emulator": emulator.mahimahi_command(), **{name: values[name] for name in SCORE_OPTIONS}}
+    _check_problem(target, config_of(request.target, {name: normalized[name] for name in SCORE_OPTIONS}))
     return normalized
 
 
@@ -405,35 +386,14 @@ def normalize_study(request: StudyRequest, spec: str, target: Target) -> dict[st
     return normalized
 
 
-def _number(value: float) -> str:
-    """A number as a flag's value: whole numbers without a decimal point, others exactly."""
-    value = float(value)
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
 def run_flags(options: Mapping[str, Any]) -> list[str]:
     """The `calibrate run` flags of normalized options, one ``--name=value`` token each."""
-    flags = [f"--links={','.join(options['links'])}", f"--budget={options['budget']}",
-             f"--replicates={options['replicates']}", f"--runtime={_number(options['runtime'])}",
-             f"--optimizer={options['optimizer']}", f"--seed={options['seed']}"]
-    if options["schemes"]:
-        flags.append(f"--schemes={','.join(options['schemes'])}")
-    flags += [f"--fix={name}={_number(value)}" for name, value in options["fix"].items()]
-    flags += [f"--bound={name}={_number(low)}:{_number(high)}" for name, (low, high) in options["bound"].items()]
-    if options["time_limit"] is not None:
-        flags.append(f"--time-limit={_number(options['time_limit'])}")
-    if options["n_initial"] is not None:
-        flags.append(f"--n-initial={options['n_initial']}")
-    return flags
+    return flags_of({name: options[name] for name in REQUEST})
 
 
 def score_flags(options: Mapping[str, Any]) -> list[str]:
     """The `calibrate score` flags of a score's normalized options."""
-    flags = [f"--emulator={options['emulator']}", f"--replicates={options['replicates']}",
-             f"--runtime={_number(options['runtime'])}", f"--seed={options['seed']}"]
-    if options["schemes"]:
-        flags.append(f"--schemes={','.join(options['schemes'])}")
-    return flags
+    return [f"--emulator={options['emulator']}", *flags_of({name: options[name] for name in SCORE_OPTIONS})]
 
 
 def study_flags(options: Mapping[str, Any]) -> list[str]:

@@ -212,7 +212,7 @@
     const out = {};
     for (const item of text.split(",").map((s) => s.trim()).filter(Boolean)) {
       const at = item.indexOf("=");
-      if (at <= 0) throw new Error(`${what}: write NAME=${what === "Bounds" ? "LO:HI" : "VALUE"}, not "${item}"`);
+      if (at <= 0) throw new Error(`${what}: write NAME=${what.startsWith("Bound") ? "LO:HI" : "VALUE"}, not "${item}"`);
       out[item.slice(0, at).trim()] = item.slice(at + 1).trim();
     }
     return out;
@@ -225,40 +225,32 @@
       throw new Error("Name a target (a Pantheon result ID, or a bundled name such as nepal) or upload an archive");
     }
     if (target && file) throw new Error("Give a target or an uploaded archive, not both");
-    const number = (id) => {
-      const raw = $(id).value.trim();
-      if (raw === "") return undefined;
-      const value = Number(raw);
-      if (!Number.isFinite(value)) throw new Error(`${$(id).labels[0].textContent}: not a number`);
-      return value;
-    };
-    const options = {
-      budget: number("budget"),
-      replicates: number("replicates"),
-      runtime: number("runtime"),
-      optimizer: $("optimizer").value,
-      seed: number("seed"),
-    };
-    const schemes = $("schemes").value.replace(/\s+/g, "");
-    if (schemes) options.schemes = schemes;
-    if ($("links").value) options.links = $("links").value;
-    const timeLimit = number("time-limit");
-    if (timeLimit !== undefined) options.time_limit = timeLimit;
-    const nInitial = number("n-initial");
-    if (nInitial !== undefined) options.n_initial = nInitial;
-    const fix = pairs($("fix").value, "Fix parameters");
-    if (Object.keys(fix).length) {
-      options.fix = Object.fromEntries(Object.entries(fix).map(([k, v]) => [k, Number(v)]));
-    }
-    const bound = pairs($("bound").value, "Bounds");
-    if (Object.keys(bound).length) {
-      options.bound = Object.fromEntries(Object.entries(bound).map(([k, v]) => {
-        const range = v.split(":").map(Number);
-        if (range.length !== 2 || range.some((x) => !Number.isFinite(x))) {
-          throw new Error(`Bounds: write ${k}=LO:HI, not "${k}=${v}"`);
-        }
-        return [k, range];
-      }));
+    // every run option is a form field made from its declaration (calibrate/runs/options.py),
+    // its data-kind saying how to read it; an empty field is left to the server's default
+    const options = {};
+    for (const field of document.querySelectorAll("#submit-form [data-option]")) {
+      const raw = field.value.trim();
+      const label = field.labels[0].textContent;
+      if (raw === "") continue;
+      const kind = field.dataset.kind;
+      let value = raw;
+      if (kind === "int" || kind === "float") {
+        value = Number(raw);
+        if (!Number.isFinite(value)) throw new Error(`${label}: not a number`);
+      } else if (kind === "names") {
+        value = raw.replace(/\s+/g, "");
+      } else if (kind === "fixed") {
+        value = Object.fromEntries(Object.entries(pairs(raw, label)).map(([k, v]) => [k, Number(v)]));
+      } else if (kind === "bounds") {
+        value = Object.fromEntries(Object.entries(pairs(raw, label)).map(([k, v]) => {
+          const range = v.split(":").map(Number);
+          if (range.length !== 2 || range.some((x) => !Number.isFinite(x))) {
+            throw new Error(`${label}: write ${k}=LO:HI, not "${k}=${v}"`);
+          }
+          return [k, range];
+        }));
+      }
+      options[field.dataset.option] = value;
     }
     for (const key of Object.keys(options)) if (options[key] === undefined) delete options[key];
     const request = { options, force: $("force").checked };
