@@ -58,6 +58,23 @@ class FlowMetrics:
     def to_json(self) -> dict[str, float | None]:
         return {"tput": self.tput_mbps, "delay": self.delay_ms, "loss": self.loss}
 
+    def problem(self) -> str | None:
+        """Why these cannot be measured values (`impossible`), or None."""
+        return impossible(self.tput_mbps, self.delay_ms, self.loss)
+
+
+def impossible(tput: float | None, delay: float | None, loss: float | None) -> str | None:
+    """Why (throughput Mbit/s, p95 one-way delay ms, loss fraction) cannot be measured values,
+    or None: a throughput or delay is a finite number >= 0, a loss a fraction in [0, 1]."""
+    if tput is not None and not (math.isfinite(tput) and tput >= 0):
+        return f"throughput {tput:g} Mbit/s is impossible (a throughput is finite and >= 0)"
+    if delay is not None and not (math.isfinite(delay) and delay >= 0):
+        return f"p95 one-way delay {delay:g} ms is impossible (a delay is finite and >= 0)"
+    if loss is not None and not (math.isfinite(loss) and 0 <= loss <= 1):
+        return (f"loss {100 * loss:g} % is impossible (a loss is 0-100 %; summary tables hold "
+                f"it in %, pantheon_perf.json and target JSON as a fraction)")
+    return None
+
 
 @dataclass(frozen=True)
 class FlowStats:

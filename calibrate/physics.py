@@ -22,6 +22,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import LINK_TICK_MS, PathEvidence
+from calibrate.objective import Stats
 from calibrate.parameters import PARAMETER_TABLE, PARAMETERS
 from calibrate.scheme_registry import having
 from calibrate.space import LOSS_KNEE, SearchSpace
@@ -137,16 +138,11 @@ def _check_stats(stats: Mapping[str, SchemeStats | SchemeMeasurement]) -> dict[s
                 raise InputError(f"statistics of {scheme} must be (throughput Mbit/s, p95 delay "
                                  f"ms, loss fraction), got {s!r}") from None
             m = SchemeMeasurement(tput, delay, loss)
-        values = (m.throughput, m.delay, m.loss, m.throughput_sd, m.delay_sd, m.loss_sd)
-        if not all(map(math.isfinite, values)) or not (
-            m.throughput > 0 and m.delay > 0 and 0 <= m.loss <= 1
-        ):
-            raise InputError(
-                f"statistics of {scheme} are not usable: throughput {m.throughput} Mbit/s and p95 "
-                f"delay {m.delay} ms must be positive, loss {m.loss} a fraction in [0, 1] (not a "
-                "percentage)"
-            )
-        if min(m.throughput_sd, m.delay_sd, m.loss_sd) < 0 or m.runs < 1:
+        why = Stats(m.throughput, m.delay, m.loss).problem(reference=True)  # the one rule
+        if why:
+            raise InputError(f"statistics of {scheme} are not usable: {why}")
+        sds = (m.throughput_sd, m.delay_sd, m.loss_sd)
+        if not all(map(math.isfinite, sds)) or min(sds) < 0 or m.runs < 1:
             raise InputError(f"statistics of {scheme}: standard deviations must be >= 0 and runs "
                              f">= 1, got {m}")
         out[scheme] = m

@@ -127,3 +127,34 @@ def test_noise_and_floor_match_monte_carlo():
     assert np.mean([r.noise for r in far]) == pytest.approx(spread, rel=0.2)
     exact = [evaluate(0.0) for _ in range(2000)]  # the exact emulator
     assert np.mean([r.floor for r in exact]) == pytest.approx(np.mean([r.f for r in exact]), rel=0.2)
+
+
+def test_a_delay_of_zero_means_the_same_everywhere() -> None:
+    """One rule for a delay of 0: an emulator may have none (mm-delay 0 is no mm-delay), a run
+    over it may measure a p95 of 0 ms (whole-ms timestamps at a fast link), and that run is
+    scored; only the target's own delay cannot be 0, since the delay error divides by it."""
+    from calibrate.emulator import EmulatorConfig
+    from calibrate.metrics import FlowMetrics
+    from calibrate.parameters import PARAMETER_TABLE
+    from calibrate.physics import bounds_from_target
+    from calibrate.space import SearchSpace
+
+    assert EmulatorConfig(rate_mbps=100.0, delay_ms=0).delay_ms == 0
+    assert EmulatorConfig.parse("mm-delay 0 mm-link 100mbps.trace 100mbps.trace").delay_ms == 0
+    assert PARAMETER_TABLE["delay"].limits[0] == 0
+    space = SearchSpace.from_bounds({"rate": (1, 100), "queue": (1, 100), "loss": (0, 0.1)}, {"delay": 0})
+    assert space.fixed["delay"] == 0
+    assert FlowMetrics(95.0, 0.0, 0.0).problem() is None  # a measurement a target may hold
+
+    emulated = Stats(95.0, 0.0, 0.0)
+    assert emulated.problem(reference=False) is None
+    error = replication_error({"cubic": (95.0, 1.0, 0.0)}, {"cubic": [emulated]})
+    row = error.schemes[0]
+    assert row.replicates == 1 and not row.failures
+    assert row.delay == pytest.approx(1.0)  # |0 − 1| / 1
+
+    assert "divides by it" in Stats(95.0, 0.0, 0.0).problem(reference=True)
+    with pytest.raises(InputError, match="delay error divides by it"):
+        replication_error({"cubic": (95.0, 0.0, 0.0)}, {"cubic": [emulated]})
+    with pytest.raises(InputError, match="cubic are not usable: no delay measured"):
+        bounds_from_target({"cubic": (95.0, 0.0, 0.0)})

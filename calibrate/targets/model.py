@@ -25,7 +25,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
-from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate
+from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate, impossible
 from calibrate.physics import SchemeMeasurement
 from calibrate.scheme_registry import canonical_scheme
 from calibrate.targets.bounds import FORMAT_VERSION, declared
@@ -284,23 +284,6 @@ class Target:
         return replace(self, provenance=replace(self.provenance, **changes))
 
 
-# ----------------------------------------------------------------------------------------------
-# Values no measurement can have
-
-
-def impossible(tput: float | None, delay: float | None, loss: float | None) -> str | None:
-    """Why (throughput Mbit/s, p95 one-way delay ms, loss fraction) cannot be measured values,
-    or None: a throughput or delay is a finite number >= 0, a loss a fraction in [0, 1]."""
-    if tput is not None and not (math.isfinite(tput) and tput >= 0):
-        return f"throughput {tput:g} Mbit/s is impossible (a throughput is finite and >= 0)"
-    if delay is not None and not (math.isfinite(delay) and delay >= 0):
-        return f"p95 one-way delay {delay:g} ms is impossible (a delay is finite and >= 0)"
-    if loss is not None and not (math.isfinite(loss) and 0 <= loss <= 1):
-        return (f"loss {100 * loss:g} % is impossible (a loss is 0-100 %; summary tables hold "
-                f"it in %, pantheon_perf.json and target JSON as a fraction)")
-    return None
-
-
 def _fix(target: Target, run: RunResult | None) -> str:
     """What to do about an impossible value, by where the target came from."""
     kind, source = target.provenance.kind, target.provenance.source
@@ -324,7 +307,7 @@ def check_values(target: Target) -> None:
     for scheme in target.schemes:
         for run in scheme.runs:
             for flow, m in run.flows.items():
-                why = impossible(m.tput_mbps, m.delay_ms, m.loss)
+                why = m.problem()
                 if why:
                     flow_text = "" if flow == TOTAL else f" flow {flow}"
                     raise InputError(f"target {where}: {scheme.label} run {run.run}{flow_text}: "
