@@ -62,7 +62,9 @@ from calibrate.schemes import PANTHEON_PREFIX
 
 EXPORT_DIR = "export"
 EXPORT_FORMAT = "calibrate-export"
-EXPORT_VERSION = 1
+#: 2: a scheme's real and emulated numbers are spelt as everywhere else, {"tput", "delay",
+#: "loss"} (Pantheon's pantheon_perf.json); 1 had {"tput_mbps", "delay_p95_ms", "loss"}
+EXPORT_VERSION = 2
 REPORT = "emulator.json"
 TRACES = "traces"
 COMMAND_FILES = {"mahimahi": "mahimahi.txt", "pantheon_args": "pantheon_args.txt",
@@ -163,18 +165,28 @@ def _emulator_json(config: EmulatorConfig) -> dict[str, Any]:
 # The report (emulator.json)
 
 
-def _stats(values: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if values is None:
-        return None
-    return {"tput_mbps": values.get("tput"), "delay_p95_ms": values.get("delay"),
-            "loss": values.get("loss")}
-
-
 def _scheme_rows(rows: Sequence[Mapping[str, Any]], ours: Mapping[str, str]) -> list[dict[str, Any]]:
     return [{"scheme": r["scheme"], "flow": r.get("flow", TOTAL), "ran_as": ours.get(r["scheme"]),
-             "real": _stats(r["real"]), "emulated": _stats(r.get("emulated")),
+             "real": r["real"], "emulated": r.get("emulated"),
              "error_pct": r["error_pct"], "replicates": r.get("replicates"),
              "failures": r.get("failures", [])} for r in rows]
+
+
+def read_report(report: dict[str, Any]) -> dict[str, Any]:
+    """An emulator.json of any version as this version writes it: version 1's scheme numbers
+    ({"tput_mbps", "delay_p95_ms", "loss"}) in today's spelling (`EXPORT_VERSION`)."""
+    if report.get("format") != EXPORT_FORMAT or report.get("version", 1) >= EXPORT_VERSION:
+        return report
+
+    def numbers(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else {"tput": v.get("tput_mbps"), "delay": v.get("delay_p95_ms"),
+                                       "loss": v.get("loss")}
+
+    links = {link: {**entry, "schemes": [{**row, "real": numbers(row.get("real")),
+                                          "emulated": numbers(row.get("emulated"))}
+                                         for row in entry["schemes"]]} if "schemes" in entry else entry
+             for link, entry in report.get("links", {}).items()}
+    return {**report, "links": links, "version": EXPORT_VERSION}
 
 
 def scheme_fidelity(ours: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -225,6 +237,9 @@ def fields_text(include_loss: bool) -> dict[str, str]:
                  "a run with --replicates 1)",
         "floor": "the f an exact emulator would still show through the replicates' scatter, %",
         "loss_error_pct": f"the relative error of the loss rate, %; {loss_term}",
+        "real": "a scheme's numbers on the real path (the target's aggregate): tput, Mbit/s; delay, "
+                "p95 one-way delay, ms; loss, a fraction",
+        "emulated": "the same over this emulator, aggregated over its replicates",
         "ranges": "per parameter, the values whose f the search's model cannot tell from the "
                   "winner's (ranges_note says how they were found, or why there are none)",
     }
@@ -328,10 +343,10 @@ def figure3(report: Mapping[str, Any]) -> Any:
             color, _ = scheme_style(row["ran_as"] or row["scheme"], index)
             real, emu = row["real"], row["emulated"] or {}
             name = row["scheme"] if row["flow"] == TOTAL else f"{row['scheme']} #{row['flow']}"
-            x, y = real["delay_p95_ms"], real["tput_mbps"]
+            x, y = real["delay"], real["tput"]
             ax.scatter([x], [y], s=55, color=color, edgecolors="black", linewidths=0.5, zorder=3)
             delays.append(x)
-            ex, ey = emu.get("delay_p95_ms"), emu.get("tput_mbps")
+            ex, ey = emu.get("delay"), emu.get("tput")
             if ex is not None and ey is not None:
                 ax.plot([x, ex], [y, ey], color=color, linewidth=1.0, alpha=0.8)
                 ax.scatter([ex], [ey], s=55, facecolors="white", edgecolors=color,

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -66,6 +66,15 @@ class Stats:
     throughput: float  # Mbit/s
     delay: float  # 95th-percentile one-way delay, ms
     loss: float  # fraction, not percent
+
+    def to_json(self) -> dict[str, float]:
+        """The one JSON spelling of a measurement, Pantheon's (pantheon_perf.json's): run.json,
+        result.json, emulator.json and a target's runs (`calibrate.metrics.FlowMetrics`)."""
+        return {"tput": self.throughput, "delay": self.delay, "loss": self.loss}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stats:
+        return cls(float(data["tput"]), float(data["delay"]), float(data["loss"]))
 
     def problem(self, *, reference: bool) -> str | None:
         """Why these numbers cannot be scored, or None when they can: numbers no measurement can

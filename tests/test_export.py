@@ -110,12 +110,12 @@ def test_emulator_json_reports_both_link_kinds_winner_first(exported):
         assert set(rows) == {r["scheme"] for r in record["schemes"]}
         for row in record["schemes"]:
             mine = rows[row["scheme"]]
-            assert mine["real"]["tput_mbps"] == pytest.approx(row["real"]["tput"])
-            assert mine["real"]["delay_p95_ms"] == pytest.approx(row["real"]["delay"])
+            assert mine["real"]["tput"] == pytest.approx(row["real"]["tput"])
+            assert mine["real"]["delay"] == pytest.approx(row["real"]["delay"])
             if row["emulated"] is None:
                 assert mine["emulated"] is None and mine["failures"] and link == "constant"
             else:
-                assert mine["emulated"]["tput_mbps"] == pytest.approx(row["emulated"]["tput"])
+                assert mine["emulated"]["tput"] == pytest.approx(row["emulated"]["tput"])
             assert mine["error_pct"] == pytest.approx(row["error_pct"])
         assert rows["default_tcp"]["ran_as"] == "cubic"
     # every scored label, what ran for it, and its fidelity to what Pantheon ran
@@ -317,3 +317,20 @@ def test_ranges_reach_emulator_json_and_figure_3(tmp_path, exported):
     assert text == ("indistinguishable from the best: rate 5.90–6.40 Mbit/s, delay 27–30 ms, "
                     "queue 40–90 packets, loss 3.00–6.00 %")
     assert "rate 5.90–6.40 Mbit/s" in (out / "figure3.svg").read_text()
+
+
+def test_a_version_1_report_reads_in_todays_spelling() -> None:
+    """emulator.json 1 spelt a scheme's numbers {"tput_mbps", "delay_p95_ms", "loss"}; readers
+    (the service) see every version as today's {"tput", "delay", "loss"}."""
+    from calibrate.export import EXPORT_FORMAT, EXPORT_VERSION, read_report
+
+    old = {"format": EXPORT_FORMAT, "version": 1, "links": {
+        "poisson": {"winner": True, "schemes": [
+            {"scheme": "cubic", "real": {"tput_mbps": 5.08, "delay_p95_ms": 58.2, "loss": 0.001},
+             "emulated": None}]},
+        "constant": {"winner": False, "stopped": "budget"}}}
+    new = read_report(old)
+    row = new["links"]["poisson"]["schemes"][0]
+    assert row["real"] == {"tput": 5.08, "delay": 58.2, "loss": 0.001} and row["emulated"] is None
+    assert new["version"] == EXPORT_VERSION and new["links"]["constant"] == old["links"]["constant"]
+    assert read_report(new) is new

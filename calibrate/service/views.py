@@ -21,7 +21,7 @@ from typing import Any
 
 from calibrate import installed_version
 from calibrate.errors import InputError
-from calibrate.export import EXPORT_DIR, REPORT
+from calibrate.export import EXPORT_DIR, REPORT, read_report
 from calibrate.jsonfile import read_json
 from calibrate.runs.journal import JOURNAL, RESULT, RUN_FILE, Evaluation, RunDir
 from calibrate.runs.progress import eta_s
@@ -110,7 +110,7 @@ class Runs:
             cached = self._results.get(f"{job.id}/report")
         if cached is not None and cached[0] == key:
             return cached[1]
-        report = read_json(path, what=f"{job.kind} result")
+        report = read_report(read_json(path, what=f"{job.kind} result"))
         with self._lock:
             self._results[f"{job.id}/report"] = (key, report)
         return report

@@ -560,12 +560,6 @@
     next.src = url;
   }
 
-  /** A scheme row from the export (tput_mbps, delay_p95_ms) or the journal (tput, delay). */
-  function stats(s) {
-    if (!s) return null;
-    return { tput: s.tput_mbps ?? s.tput, delay: s.delay_p95_ms ?? s.delay, loss: s.loss };
-  }
-
   function schemeRows(job) {
     let rows = job.schemes;
     if (rows && !Array.isArray(rows) && typeof rows === "object") {
@@ -592,8 +586,9 @@
     $("job-download-figure").href = `${base}/files/figure3.svg`;
     $("job-download-export").href = (job.urls && job.urls.export) || `${base}/export`;
     $("job-schemes-body").replaceChildren(...schemeRows(job).map((row) => {
-      const real = stats(row.real);
-      const emu = stats(row.emulated);
+      // the export and the journal spell a scheme's numbers alike: {tput, delay, loss}
+      const real = row.real || null;
+      const emu = row.emulated || null;
       const err = row.error_pct && typeof row.error_pct === "object" ? row.error_pct : {};
       const failed = !emu;
       return el("tr", { class: failed ? "failed" : "" },
