@@ -99,8 +99,10 @@ from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
 from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.calibration import Calibration
-from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
+from calibrate.runs.config import RunConfig, emulator_of, emulator_seed
+from calibrate.runs.evaluate import score_emulator
 from calibrate.runs.journal import RunDir
+from calibrate.runs.problem import links_for
 from calibrate.space import SearchSpace
 
 OUT = Path(__file__).resolve().parent / "out"

@@ -16,7 +16,7 @@ pytest.importorskip("botorch")
 
 from calibrate.errors import InputError
 from calibrate.export import export
-from calibrate.runs import config as runs_config
+from calibrate.runs import problem as runs_problem
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir
@@ -48,7 +48,7 @@ def no_host(monkeypatch):
     """Asking the host for its schemes (the registry: `calibrate-scheme list --json`) fails."""
     def refuse(*args, **kwargs):
         raise AssertionError("the host's schemes were asked for")
-    monkeypatch.setattr(runs_config, "load_registry", refuse)
+    monkeypatch.setattr(runs_problem, "load_registry", refuse)
 
 
 def _without(report: dict, *paths: tuple[str, ...]) -> dict:
@@ -154,7 +154,7 @@ def test_run_json_holds_the_problem(tmp_path, monkeypatch):
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["version"] == FORMAT_VERSION == 2
     assert {(r["scheme"], r["flow"]) for r in meta["real"]} == set(started.problem.real)
-    monkeypatch.setattr(runs_config, "load_registry", lambda *a, **k: pytest.fail("host asked"))
+    monkeypatch.setattr(runs_problem, "load_registry", lambda *a, **k: pytest.fail("host asked"))
     run = RunDir.open(tmp_path / "run")
     assert run.problem == started.problem and run.config == config
     assert run.evaluations() == [] and run.read_result() is None
@@ -163,7 +163,7 @@ def test_run_json_holds_the_problem(tmp_path, monkeypatch):
 def test_a_scheme_this_host_lacks_stops_a_resume_not_an_export(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(V1, run_dir)
-    monkeypatch.setattr(runs_config, "load_registry", lambda *a, **k: Registry(()))
+    monkeypatch.setattr(runs_problem, "load_registry", lambda *a, **k: Registry(()))
     calibration = Calibration.open(run_dir)
     with pytest.raises(InputError, match="'udp-saturator', which this run scores for saturator, "
                                          "greg_saturator, cannot run on this host"):

@@ -314,7 +314,7 @@ def _show(run: Run, result: dict[str, Any], exported: Path | None) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from calibrate.runs.calibration import Calibration
-    from calibrate.runs.config import links_for
+    from calibrate.runs.problem import links_for
 
     requested = parse_links(args.links)
     return start(args, None, Calibration, lambda target: search_config(args, links_for(target, requested)))

@@ -28,9 +28,11 @@ from calibrate.evidence import PathEvidence
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import make_optimizer
 from calibrate.ranges import ranges_of
-from calibrate.runs.config import LINK_KINDS, Problem, emulator_of, emulator_seed, score_emulator
+from calibrate.runs.config import LINK_KINDS, emulator_of, emulator_seed
 from calibrate.runs.controller import Run, Search
+from calibrate.runs.evaluate import score_emulator
 from calibrate.runs.journal import CALIBRATION, Evaluation
+from calibrate.runs.problem import Problem
 from calibrate.runs.result import CalibrationResult, LinkResult
 
 

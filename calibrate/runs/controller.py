@@ -15,7 +15,7 @@ the evaluator has emulator slots, the open search that comes first (`Run.priorit
 candidate (`_propose`): its warm start, its Sobol design, its model's pick, and in the last
 `REFINE_SHARE` of its budget (or once its model rules out improvement elsewhere) its
 incumbent's neighbours (`calibrate.refinement`).  The proposal is recorded (`RunDir.propose`)
-before one Ray task per (scheme, replicate) is submitted (`calibrate.runs.config.tasks_of`).
+before one Ray task per (scheme, replicate) is submitted (`calibrate.runs.evaluate.tasks_of`).
 When a candidate's last task is back, `_finish` scores it over the whole problem, tells the
 searches it concerns (`Run.tell`) and appends one `Evaluation` to the journal, fsync'ed, before
 anything new is proposed.  A proposal that is exactly a point already running for the same
@@ -63,19 +63,10 @@ from calibrate.objective import ReplicationError
 from calibrate.optimizers import Optimizer
 from calibrate.optimizers.base import find_point
 from calibrate.ranges import Ranges, ranges_of
-from calibrate.runs.config import (
-    Problem,
-    RunConfig,
-    emulator_of,
-    emulator_seed,
-    host_schemes,
-    problem_of,
-    registry_of,
-    scheme_table,
-    score_runs,
-    tasks_of,
-)
+from calibrate.runs.config import RunConfig, emulator_of, emulator_seed
+from calibrate.runs.evaluate import host_schemes, scheme_table, score_runs, tasks_of
 from calibrate.runs.journal import Evaluation, Proposal, RunDir, json_number
+from calibrate.runs.problem import Problem, problem_of, registry_of
 from calibrate.runs.progress import Finished, Progress, ProgressInfo, eta_s
 from calibrate.schemes import Registry, Scheme
 from calibrate.space import SearchSpace
