@@ -271,7 +271,8 @@ def hidden_row(seed: int, hidden: Mapping[str, float], space: SearchSpace,
 
 
 def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[Trace], list[dict]]:
-    from calibrate.evaluation import Evaluator, RaySettings
+    from calibrate.cluster.evaluator import Evaluator
+    from calibrate.evaluation import RaySettings
     from calibrate.schemes import load_registry
     from calibrate.scripted import Experiment, run_experiment
     from calibrate.targets.load import load_target
@@ -367,7 +368,8 @@ def rescored_f(calibration: Calibration, evaluator: Any, params: Mapping[str, fl
 
 
 def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> list[dict[str, Any]]:
-    from calibrate.evaluation import Evaluator, RaySettings
+    from calibrate.cluster.evaluator import Evaluator
+    from calibrate.evaluation import RaySettings
     from calibrate.targets.load import load_target
 
     if os.geteuid() != 0:

@@ -6,7 +6,10 @@ that code exported it, and resumes to the very evaluations that code went on to 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,3 +204,30 @@ def test_a_newer_run_format_is_refused(tmp_path):
         RunDir.open(tmp_path / "nothing")
     with pytest.raises(InputError, match="already holds a calibration.*calibrate resume"):
         RunDir.check_new(run_dir)
+
+
+def test_reading_a_run_directory_never_imports_ray(tmp_path):
+    """Opening a run, reading its journal and result, and exporting it load neither Ray nor the
+    Ray client (`calibrate.cluster.evaluator`): the wire values are `calibrate.evaluation`'s."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(V1, run_dir)
+    script = """if True:
+        import json, sys
+        from calibrate import study_export  # noqa: F401
+        from calibrate.export import export
+        from calibrate.runs.journal import RunDir
+        from calibrate.runs.kinds import kind_of
+        run_dir = sys.argv[1]
+        run = RunDir.open(run_dir)
+        assert run.problem.schemes and run.evaluations()
+        assert kind_of(run_dir).open(run_dir, read_only=True).result()["links"]
+        export(run_dir)
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "ray"
+                                or m == "calibrate.cluster.evaluator")))
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []

@@ -254,7 +254,7 @@ def start(args: argparse.Namespace, command: str | None, kind: type[Run],
 def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
     """Run (or continue) `run`, of any kind, to its end on Ray with the live display, export
     it and print its table; its run directory is claimed by the caller."""
-    from calibrate.evaluation import Evaluator
+    from calibrate.cluster.evaluator import Evaluator
     from calibrate.runs.journal import CALIBRATION
 
     note = sys.stderr

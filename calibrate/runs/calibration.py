@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from calibrate.evaluation import Evaluator
 from calibrate.evidence import PathEvidence
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import make_optimizer
@@ -34,6 +33,10 @@ from calibrate.runs.evaluate import score_emulator
 from calibrate.runs.journal import CALIBRATION, Evaluation
 from calibrate.runs.problem import Problem
 from calibrate.runs.result import CalibrationResult, LinkResult
+
+if TYPE_CHECKING:  # a type only: the Ray client is imported by whoever starts a run, not here,
+    # so that reading a run directory never loads it (tests/test_runs.py)
+    from calibrate.cluster.evaluator import Evaluator
 
 
 def search_result(search: Search, evidence: PathEvidence | None) -> LinkResult:

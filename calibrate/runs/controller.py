@@ -51,13 +51,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
 from calibrate import refinement
 from calibrate.emulator import EmulatorConfig
-from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
+from calibrate.evaluation import RunMetrics, RunTask, lost
 from calibrate.evidence import PathEvidence
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import Optimizer
@@ -71,6 +71,10 @@ from calibrate.runs.progress import Finished, Progress, ProgressInfo, eta_s
 from calibrate.schemes import Registry, Scheme
 from calibrate.space import SearchSpace
 from calibrate.targets.model import Target
+
+if TYPE_CHECKING:  # a type only: the Ray client is imported by whoever starts a run, not here,
+    # so that reading a run directory never loads it (tests/test_runs.py)
+    from calibrate.cluster.evaluator import Evaluator
 
 #: seconds between checks of the deadline and progress while tasks run
 POLL_S = 0.5

@@ -11,16 +11,20 @@ the schemes the problem recorded: the only part of an evaluation that reads the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
-from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
+from calibrate.evaluation import RunMetrics, RunTask, lost
 from calibrate.metrics import TOTAL
 from calibrate.objective import ReplicationError, Stats, replication_error
 from calibrate.runs.config import RunConfig
 from calibrate.runs.problem import Problem
 from calibrate.schemes import Registry, Scheme
+
+if TYPE_CHECKING:  # a type only: the Ray client is imported by whoever starts a run, not here,
+    # so that reading a run directory never loads it (tests/test_runs.py)
+    from calibrate.cluster.evaluator import Evaluator
 
 
 def host_schemes(problem: Problem, registry: Registry) -> dict[str, Scheme]:
