@@ -22,7 +22,6 @@ from calibrate.cli.common import (
     fmt_f,
     load_target_of,
     parse_links,
-    print_result,
     ray_settings,
     require_root,
     run_config,
@@ -292,24 +291,15 @@ def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
 
 
 def _export(run: Run, result: dict[str, Any]) -> Path:
-    from calibrate.export import export
-    from calibrate.runs.journal import CALIBRATION
-    from calibrate.study_export import export_study
+    from calibrate.cli.export import presentations
 
-    if run.kind == CALIBRATION:
-        return export(run.run_dir)
-    return export_study(run.run_dir, study=run, result=result)
+    return presentations()[run.kind].export(run, result)
 
 
 def _show(run: Run, result: dict[str, Any], exported: Path | None) -> None:
-    from calibrate.cli.studies import print_study
-    from calibrate.runs.journal import CALIBRATION
-    from calibrate.runs.result import CalibrationResult
+    from calibrate.cli.export import presentations
 
-    if run.kind == CALIBRATION:
-        print_result(CalibrationResult.from_json(result), run.run_dir, exported)
-    else:
-        print_study(result, run.run_dir, exported)
+    presentations()[run.kind].show(result, run.run_dir, exported)
 
 
 def _run(args: argparse.Namespace) -> int:
