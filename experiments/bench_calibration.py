@@ -99,8 +99,10 @@ from calibrate.objective import Key, Stats, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
 from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.calibration import Calibration
-from calibrate.runs.config import RunConfig, emulator_of, emulator_seed, links_for, score_emulator
+from calibrate.runs.config import RunConfig, emulator_of, emulator_seed
+from calibrate.runs.evaluate import score_emulator
 from calibrate.runs.journal import RunDir
+from calibrate.runs.problem import links_for
 from calibrate.space import SearchSpace
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -269,7 +271,8 @@ def hidden_row(seed: int, hidden: Mapping[str, float], space: SearchSpace,
 
 
 def run_emulator(args: argparse.Namespace, optimizers: list[str]) -> tuple[list[Trace], list[dict]]:
-    from calibrate.evaluation import Evaluator, RaySettings
+    from calibrate.cluster.evaluator import Evaluator
+    from calibrate.evaluation import RaySettings
     from calibrate.schemes import load_registry
     from calibrate.scripted import Experiment, run_experiment
     from calibrate.targets.load import load_target
@@ -365,7 +368,8 @@ def rescored_f(calibration: Calibration, evaluator: Any, params: Mapping[str, fl
 
 
 def run_mahimahi_targets(args: argparse.Namespace, optimizers: list[str]) -> list[dict[str, Any]]:
-    from calibrate.evaluation import Evaluator, RaySettings
+    from calibrate.cluster.evaluator import Evaluator
+    from calibrate.evaluation import RaySettings
     from calibrate.targets.load import load_target
 
     if os.geteuid() != 0:

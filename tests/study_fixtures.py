@@ -40,7 +40,7 @@ def write_target(path: Path, hidden: Mapping[str, float] = HIDDEN, link: str = "
 
 
 class FluidEvaluator:
-    """`calibrate.evaluation.Evaluator`'s interface, `slots` candidates' tasks at once, every
+    """`calibrate.cluster.evaluator.Evaluator`'s interface, `slots` candidates' tasks at once, every
     run answered by the fluid model with its replicate noise (seeded by the emulator and the
     replicate, so the same run twice gives the same numbers).  `submitted` keeps every task."""
 

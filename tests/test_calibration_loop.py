@@ -32,7 +32,7 @@ BUDGET = 10
 
 
 class AnalyticEvaluator:
-    """`calibrate.evaluation.Evaluator`'s interface, one slot, runs done at once: throughput
+    """`calibrate.cluster.evaluator.Evaluator`'s interface, one slot, runs done at once: throughput
     scales with rate / hidden rate, p95 delay grows with the distance from the hidden delay and
     queue; each replicate has 1 % noise seeded by its emulator and replicate."""
 

@@ -205,7 +205,8 @@ def test_mahimahi_targets_bounds_contain_the_truth(name, with_evidence):
 
 
 def test_mahimahi_target_evidence_reaches_the_calibration():
-    from calibrate.runs.config import RunConfig, problem_of
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import problem_of
 
     target = _mahimahi_target("M1")
     problem = problem_of(target, RunConfig(target="M1"))

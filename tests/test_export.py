@@ -17,7 +17,8 @@ from calibrate.errors import InputError
 from calibrate.export import export
 from calibrate.objective import Failure, Stats, replication_error
 from calibrate.runs.calibration import Calibration
-from calibrate.runs.config import RunConfig, emulator_of, scheme_table
+from calibrate.runs.config import RunConfig, emulator_of
+from calibrate.runs.evaluate import scheme_table
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
 from calibrate.targets.load import load_target
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.runs.config import LINK_KINDS, links_for
+from calibrate.runs.config import LINK_KINDS
+from calibrate.runs.problem import links_for
 from calibrate.targets.load import load_target
 
 TARGETS = Path(__file__).resolve().parents[2] / "shared" / "data" / "mahimahi-targets"

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.evaluation import Evaluator, RaySettings
+from calibrate.cluster.evaluator import Evaluator
+from calibrate.evaluation import RaySettings
 from calibrate.runs.calibration import Calibration
-from calibrate.runs.config import RunConfig, links_for
+from calibrate.runs.config import RunConfig
+from calibrate.runs.problem import links_for
 from calibrate.targets.load import load_target
 
 pytestmark = pytest.mark.needs_root

@@ -6,7 +6,10 @@ that code exported it, and resumes to the very evaluations that code went on to 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +19,7 @@ pytest.importorskip("botorch")
 
 from calibrate.errors import InputError
 from calibrate.export import export
-from calibrate.runs import config as runs_config
+from calibrate.runs import problem as runs_problem
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
 from calibrate.runs.journal import FORMAT_VERSION, JOURNAL, RESULT, Evaluation, RunDir
@@ -48,7 +51,7 @@ def no_host(monkeypatch):
     """Asking the host for its schemes (the registry: `calibrate-scheme list --json`) fails."""
     def refuse(*args, **kwargs):
         raise AssertionError("the host's schemes were asked for")
-    monkeypatch.setattr(runs_config, "load_registry", refuse)
+    monkeypatch.setattr(runs_problem, "load_registry", refuse)
 
 
 def _without(report: dict, *paths: tuple[str, ...]) -> dict:
@@ -154,7 +157,7 @@ def test_run_json_holds_the_problem(tmp_path, monkeypatch):
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["version"] == FORMAT_VERSION == 2
     assert {(r["scheme"], r["flow"]) for r in meta["real"]} == set(started.problem.real)
-    monkeypatch.setattr(runs_config, "load_registry", lambda *a, **k: pytest.fail("host asked"))
+    monkeypatch.setattr(runs_problem, "load_registry", lambda *a, **k: pytest.fail("host asked"))
     run = RunDir.open(tmp_path / "run")
     assert run.problem == started.problem and run.config == config
     assert run.evaluations() == [] and run.read_result() is None
@@ -163,7 +166,7 @@ def test_run_json_holds_the_problem(tmp_path, monkeypatch):
 def test_a_scheme_this_host_lacks_stops_a_resume_not_an_export(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(V1, run_dir)
-    monkeypatch.setattr(runs_config, "load_registry", lambda *a, **k: Registry(()))
+    monkeypatch.setattr(runs_problem, "load_registry", lambda *a, **k: Registry(()))
     calibration = Calibration.open(run_dir)
     with pytest.raises(InputError, match="'udp-saturator', which this run scores for saturator, "
                                          "greg_saturator, cannot run on this host"):
@@ -201,3 +204,30 @@ def test_a_newer_run_format_is_refused(tmp_path):
         RunDir.open(tmp_path / "nothing")
     with pytest.raises(InputError, match="already holds a calibration.*calibrate resume"):
         RunDir.check_new(run_dir)
+
+
+def test_reading_a_run_directory_never_imports_ray(tmp_path):
+    """Opening a run, reading its journal and result, and exporting it load neither Ray nor the
+    Ray client (`calibrate.cluster.evaluator`): the wire values are `calibrate.evaluation`'s."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(V1, run_dir)
+    script = """if True:
+        import json, sys
+        from calibrate import study_export  # noqa: F401
+        from calibrate.export import export
+        from calibrate.runs.journal import RunDir
+        from calibrate.runs.kinds import kind_of
+        run_dir = sys.argv[1]
+        run = RunDir.open(run_dir)
+        assert run.problem.schemes and run.evaluations()
+        assert kind_of(run_dir).open(run_dir, read_only=True).result()["links"]
+        export(run_dir)
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "ray"
+                                or m == "calibrate.cluster.evaluator")))
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []

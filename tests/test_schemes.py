@@ -209,7 +209,8 @@ def test_wrappers_run_with_their_contract_and_failures_are_reported(pantheon_che
 
 
 def test_calibration_runs_the_targets_own_schemes_from_a_pantheon_checkout(pantheon_checkout):
-    from calibrate.runs.config import RunConfig, problem_of
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import problem_of
     from calibrate.targets.load import load_target
 
     config = RunConfig(target="nepal", pantheon_dir=str(pantheon_checkout),

@@ -303,3 +303,11 @@ def test_run_kinds_are_kept_apart(loo, greedy):
 
     assert KINDS["leave-one-out"].kind == LeaveOneOut.kind
     assert KINDS["ablation"].kind == Ablation.kind
+
+
+def test_every_kind_of_run_is_exported_and_printed_by_the_cli():
+    """The CLI's table of how each kind is exported and printed names exactly the kinds of run."""
+    from calibrate.cli.export import presentations
+    from calibrate.runs.kinds import KINDS
+
+    assert set(presentations()) == set(KINDS)

@@ -144,7 +144,8 @@ _BOUNDED_READ = textwrap.dedent("""
     import resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
     from calibrate.errors import InputError
-    from calibrate.runs.config import RunConfig, problem_of, registry_of
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import problem_of, registry_of
     from calibrate.targets.load import load_target
     start = time.perf_counter()
     try:

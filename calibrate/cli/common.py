@@ -275,7 +275,7 @@ def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
 
 
 def scheme_rows(schemes: list[dict[str, Any]], title: str):
-    """The per-scheme real-vs-emulated table (rows of `calibrate.runs.config.scheme_table`)."""
+    """The per-scheme real-vs-emulated table (rows of `calibrate.runs.evaluate.scheme_table`)."""
     from rich.table import Table
 
     rows = Table(title=title, title_justify="left")

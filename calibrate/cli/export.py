@@ -1,13 +1,22 @@
-"""`calibrate export RUN_DIR`: the winning emulator, ready to use, and its fidelity report."""
+"""`calibrate export RUN_DIR`: the winning emulator, ready to use, and its fidelity report; and
+how the CLI exports and prints a run of each kind (`presentations`), for `export` and for every
+command that runs one (`calibrate.cli.run.execute`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from calibrate.errors import InputError
+
+if TYPE_CHECKING:
+    from calibrate.runs.controller import Run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +40,57 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_export)
 
 
+# ----------------------------------------------------------------------------------------------
+# Each kind of run: its export and its table
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How the CLI exports and prints a finished run of one kind."""
+
+    #: export a run that has just run, given its result (result.json's JSON); the export's directory
+    export: Callable[[Run, dict[str, Any]], Path]
+    #: print a result (result.json's JSON) with its run directory and export (None: not exported)
+    show: Callable[[dict[str, Any], Path, Path | None], None]
+    #: `calibrate export RUN_DIR` of a run of this kind (RUN_DIR and --out checked)
+    command: Callable[[argparse.Namespace], int]
+
+
+def presentations() -> dict[str, Presentation]:
+    """The CLI's side of the table of kinds (`calibrate.runs.kinds.KINDS`), by the same names: a
+    new kind of run adds its line here.  The runs layer cannot hold these itself: the exports
+    and the CLI import it.  Built when a command runs (the run layer is not imported to parse
+    options)."""
+    from calibrate.cli.studies import export_command, print_ablation, print_loo
+    from calibrate.export import export
+    from calibrate.runs.ablation import Ablation
+    from calibrate.runs.calibration import Calibration
+    from calibrate.runs.loo import LeaveOneOut
+    from calibrate.study_export import export_study
+
+    def study(run: Run, result: dict[str, Any]) -> Path:
+        return export_study(run.run_dir, study=run, result=result)
+
+    return {
+        Calibration.kind: Presentation(lambda run, result: export(run.run_dir), _show_calibration,
+                                       _export_calibration),
+        LeaveOneOut.kind: Presentation(study, print_loo, partial(export_command, stem="loo", show=print_loo)),
+        Ablation.kind: Presentation(study, print_ablation,
+                                    partial(export_command, stem="ablation", show=print_ablation)),
+    }
+
+
+def _show_calibration(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
+    from calibrate.cli.common import print_result
+    from calibrate.runs.result import CalibrationResult
+
+    print_result(CalibrationResult.from_json(result), run_dir, exported)
+
+
+# ----------------------------------------------------------------------------------------------
+# `calibrate export`
+
+
 def _role(rel: str, winner: str) -> str:
     from calibrate.export import COMMAND_FILES, FILE_ROLES, TRACES
     from calibrate.runs.config import LINK_KINDS
@@ -46,19 +106,22 @@ def _role(rel: str, winner: str) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from calibrate.cli.common import print_result, writable
-    from calibrate.cli.studies import export_command
-    from calibrate.export import REPORT, foreign_files, load_run, write_export
-    from calibrate.runs.calibration import Calibration
+    from calibrate.cli.common import writable
     from calibrate.runs.kinds import kind_of
 
     if args.out is not None:  # before any work
         writable(args.out, "--out", directory=True)
-    if kind_of(args.run_dir) is not Calibration:  # a study: its tables and emulators
-        return export_command(args)
+    return presentations()[kind_of(args.run_dir).kind].command(args)
+
+
+def _export_calibration(args: argparse.Namespace) -> int:
+    """`calibrate export RUN_DIR` of a calibration: its emulators, report, and the files' table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from calibrate.cli.common import print_result
+    from calibrate.export import REPORT, foreign_files, load_run, write_export
+
     if args.out is not None and not args.overwrite:
         there = foreign_files(args.out, args.run_dir)
         if there:

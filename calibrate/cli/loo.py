@@ -22,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _loo(args: argparse.Namespace) -> int:
-    from calibrate.runs.config import LINK_KINDS, links_for
+    from calibrate.runs.config import LINK_KINDS
     from calibrate.runs.loo import LeaveOneOut
+    from calibrate.runs.problem import links_for
 
     requested = requested_links(args)
     search_config(args, requested or LINK_KINDS)  # the options checked before anything runs

@@ -21,7 +21,6 @@ from calibrate.cli.common import (
     fmt_duration,
     fmt_f,
     load_target_of,
-    print_result,
     ray_settings,
     requested_links,
     require_root,
@@ -196,7 +195,7 @@ def start(args: argparse.Namespace, command: str | None, kind: type[Run],
 def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
     """Run (or continue) `run`, of any kind, to its end on Ray with the live display, export
     it and print its table; its run directory is claimed by the caller."""
-    from calibrate.evaluation import Evaluator
+    from calibrate.cluster.evaluator import Evaluator
     from calibrate.runs.journal import CALIBRATION
 
     note = sys.stderr
@@ -234,29 +233,20 @@ def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
 
 
 def _export(run: Run, result: dict[str, Any]) -> Path:
-    from calibrate.export import export
-    from calibrate.runs.journal import CALIBRATION
-    from calibrate.study_export import export_study
+    from calibrate.cli.export import presentations
 
-    if run.kind == CALIBRATION:
-        return export(run.run_dir)
-    return export_study(run.run_dir, study=run, result=result)
+    return presentations()[run.kind].export(run, result)
 
 
 def _show(run: Run, result: dict[str, Any], exported: Path | None) -> None:
-    from calibrate.cli.studies import print_study
-    from calibrate.runs.journal import CALIBRATION
-    from calibrate.runs.result import CalibrationResult
+    from calibrate.cli.export import presentations
 
-    if run.kind == CALIBRATION:
-        print_result(CalibrationResult.from_json(result), run.run_dir, exported)
-    else:
-        print_study(result, run.run_dir, exported)
+    presentations()[run.kind].show(result, run.run_dir, exported)
 
 
 def _run(args: argparse.Namespace) -> int:
     from calibrate.runs.calibration import Calibration
-    from calibrate.runs.config import links_for
+    from calibrate.runs.problem import links_for
 
     requested = requested_links(args)
     return start(args, None, Calibration, lambda target: search_config(args, links_for(target, requested)))

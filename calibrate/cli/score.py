@@ -55,10 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from calibrate.cluster.evaluator import Evaluator
     from calibrate.emulator import EmulatorConfig
-    from calibrate.evaluation import Evaluator
-    from calibrate.runs.config import host_schemes, problem_of, registry_of, scheme_table, score_emulator
+    from calibrate.runs.evaluate import host_schemes, scheme_table, score_emulator
     from calibrate.runs.journal import jsonable, write_atomic
+    from calibrate.runs.problem import problem_of, registry_of
 
     option = "--json-out"
     if isinstance(args.json, str):  # --json FILE, the former spelling of --json-out FILE

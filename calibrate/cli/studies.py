@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,25 +114,18 @@ def print_ablation(result: dict[str, Any], run_dir: Path, exported: Path | None)
                   highlight=False)
 
 
-def print_study(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
-    from calibrate.runs import loo
-
-    (print_loo if result.get("kind") == loo.KIND else print_ablation)(result, run_dir, exported)
-
-
-def export_command(args: argparse.Namespace) -> int:
-    """`calibrate export RUN_DIR` of a study."""
-    from calibrate.runs import loo
-    from calibrate.runs.kinds import kind_of
+def export_command(args: argparse.Namespace, *, stem: str,
+                   show: Callable[[dict[str, Any], Path, Path | None], None]) -> int:
+    """`calibrate export RUN_DIR` of a study: its export (`stem`.json its result, as the export
+    wrote it), printed with `show` (`calibrate.cli.export.presentations` gives both per kind)."""
     from calibrate.study_export import export_study
 
     if args.out is not None:  # before any work
         writable(args.out, "--out", directory=True)
-    stem = "loo" if kind_of(args.run_dir) is loo.LeaveOneOut else "ablation"
     out = export_study(args.run_dir, args.out)
     result = json.loads((out / f"{stem}.json").read_text())
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return 0
-    print_study(result, args.run_dir, out)
+    show(result, args.run_dir, out)
     return 0

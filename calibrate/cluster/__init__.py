@@ -1,5 +1,8 @@
 """Running calibrations on many machines: Ray clusters that advertise emulator slots.
 
+- `evaluator`: this process as a Ray driver (`Evaluator`): an embedded Ray started or a cluster
+  joined, an evaluation's tasks (`calibrate.evaluation`) submitted and their metrics streamed
+  back; the one module that imports Ray.
 - `auth`: how Ray's authentication token reaches drivers, nodes and workers (and why, left to
   itself, `ray start --head` may refuse drivers with InvalidAuthToken).
 - `local`: several Ray nodes (raylets) started on this machine, or this machine's node added to

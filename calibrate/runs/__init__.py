@@ -1,9 +1,13 @@
 """Runs: a directory with the settings and the problem (run.json), the target (target.json), an
 append-only journal of evaluations, and a result; and the loop that fills it.
 
-- `calibrate.runs.config`: what a run is asked to do (`RunConfig`) and the problem derived from
-  it once, at the start (`Problem`: the target's numbers scored, the schemes that run for them,
-  the search space, the warm start), and how one candidate's runs are made and scored;
+- `calibrate.runs.config`: what a run is asked to do (`RunConfig`), its link kinds and seeds,
+  and the candidate emulator at a point of the space (`emulator_of`);
+- `calibrate.runs.problem`: the problem derived from the settings and the target once, at the
+  start (`Problem`: the target's numbers scored, the schemes that run for them, the search
+  space, the warm start);
+- `calibrate.runs.evaluate`: one evaluation of a candidate: its Ray tasks (one per scheme and
+  replicate), their score, its per-scheme table;
 - `calibrate.runs.journal`: the run directory (`RunDir`): its files, their durable writes, the
   journal's records (`Evaluation`), the proposals not yet journaled (`Proposal`), and reading
   all of it back;

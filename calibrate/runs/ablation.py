@@ -44,9 +44,10 @@ from calibrate.optimizers import make_optimizer
 from calibrate.optimizers.base import find_point
 from calibrate.parameters import PARAMETERS, by_key
 from calibrate.runs.calibration import calibration_result
-from calibrate.runs.config import UNLIMITED_QUEUE, Problem, RunConfig
+from calibrate.runs.config import UNLIMITED_QUEUE, RunConfig
 from calibrate.runs.controller import CONVERGED, Run, Search
 from calibrate.runs.journal import Evaluation
+from calibrate.runs.problem import Problem
 from calibrate.runs.result import CalibrationResult, LinkResult
 from calibrate.runs.study import common_result
 from calibrate.schemes import Registry

@@ -21,17 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from calibrate.evaluation import Evaluator
 from calibrate.evidence import PathEvidence
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import make_optimizer
 from calibrate.ranges import ranges_of
-from calibrate.runs.config import LINK_KINDS, Problem, emulator_of, emulator_seed, score_emulator
+from calibrate.runs.config import LINK_KINDS, emulator_of, emulator_seed
 from calibrate.runs.controller import Run, Search
+from calibrate.runs.evaluate import score_emulator
 from calibrate.runs.journal import CALIBRATION, Evaluation
+from calibrate.runs.problem import Problem
 from calibrate.runs.result import CalibrationResult, LinkResult
+
+if TYPE_CHECKING:  # a type only: the Ray client is imported by whoever starts a run, not here,
+    # so that reading a run directory never loads it (tests/test_runs.py)
+    from calibrate.cluster.evaluator import Evaluator
 
 
 def search_result(search: Search, evidence: PathEvidence | None) -> LinkResult:

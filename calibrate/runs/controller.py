@@ -15,7 +15,7 @@ the evaluator has emulator slots, the open search that comes first (`Run.priorit
 candidate (`_propose`): its warm start, its Sobol design, its model's pick, and in the last
 `REFINE_SHARE` of its budget (or once its model rules out improvement elsewhere) its
 incumbent's neighbours (`calibrate.refinement`).  The proposal is recorded (`RunDir.propose`)
-before one Ray task per (scheme, replicate) is submitted (`calibrate.runs.config.tasks_of`).
+before one Ray task per (scheme, replicate) is submitted (`calibrate.runs.evaluate.tasks_of`).
 When a candidate's last task is back, `_finish` scores it over the whole problem, tells the
 searches it concerns (`Run.tell`) and appends one `Evaluation` to the journal, fsync'ed, before
 anything new is proposed.  A proposal that is exactly a point already running for the same
@@ -51,35 +51,30 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
 from calibrate import refinement
 from calibrate.emulator import EmulatorConfig
-from calibrate.evaluation import Evaluator, RunMetrics, RunTask, lost
+from calibrate.evaluation import RunMetrics, RunTask, lost
 from calibrate.evidence import PathEvidence
 from calibrate.objective import ReplicationError
 from calibrate.optimizers import Optimizer
 from calibrate.optimizers.base import find_point
 from calibrate.ranges import Ranges, ranges_of
-from calibrate.runs.config import (
-    Problem,
-    RunConfig,
-    emulator_of,
-    emulator_seed,
-    host_schemes,
-    problem_of,
-    registry_of,
-    scheme_table,
-    score_runs,
-    tasks_of,
-)
+from calibrate.runs.config import RunConfig, emulator_of, emulator_seed
+from calibrate.runs.evaluate import host_schemes, scheme_table, score_runs, tasks_of
 from calibrate.runs.journal import Evaluation, Proposal, RunDir, json_number
+from calibrate.runs.problem import Problem, problem_of, registry_of
 from calibrate.runs.progress import Finished, Progress, ProgressInfo, eta_s
 from calibrate.schemes import Registry, Scheme
 from calibrate.space import SearchSpace
 from calibrate.targets.model import Target
+
+if TYPE_CHECKING:  # a type only: the Ray client is imported by whoever starts a run, not here,
+    # so that reading a run directory never loads it (tests/test_runs.py)
+    from calibrate.cluster.evaluator import Evaluator
 
 #: seconds between checks of the deadline and progress while tasks run
 POLL_S = 0.5

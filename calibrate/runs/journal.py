@@ -66,7 +66,8 @@ import numpy as np
 from calibrate.errors import InputError, Notice, RunBusy
 from calibrate.jsonfile import read_json
 from calibrate.runs import lock
-from calibrate.runs.config import LINK_KINDS, Problem, RunConfig, emulator_seed
+from calibrate.runs.config import LINK_KINDS, RunConfig, emulator_seed
+from calibrate.runs.problem import Problem
 from calibrate.targets.model import Target
 
 RUN_FILE = "run.json"

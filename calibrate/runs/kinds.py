@@ -2,7 +2,9 @@
 resume`, `calibrate export` and the studies' export look a run directory's kind up.
 
 A new kind is a module with a subclass of `calibrate.runs.controller.Run` (its searches, how an
-evaluation is told to them, its result), registered here.
+evaluation is told to them, its result), registered here; the CLI exports and prints it through
+its own line in `calibrate.cli.export.presentations` (this layer does not import the exports or
+the CLI: they import it).
 """
 
 from __future__ import annotations

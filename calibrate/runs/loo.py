@@ -47,9 +47,11 @@ from calibrate.errors import InputError
 from calibrate.optimizers import make_optimizer
 from calibrate.parameters import by_key
 from calibrate.runs.calibration import calibration_result
-from calibrate.runs.config import Problem, RunConfig, scheme_table
+from calibrate.runs.config import RunConfig
 from calibrate.runs.controller import Candidate, Run, Search
+from calibrate.runs.evaluate import scheme_table
 from calibrate.runs.journal import Evaluation
+from calibrate.runs.problem import Problem
 from calibrate.runs.study import common_result, part_of, rescored, runs_of, score_part
 
 KIND = "leave-one-out"

@@ -18,9 +18,11 @@ from typing import Any
 
 from calibrate.evaluation import RunMetrics
 from calibrate.objective import ReplicationError
-from calibrate.runs.config import Problem, RunConfig, scheme_table, score_runs
+from calibrate.runs.config import RunConfig
 from calibrate.runs.controller import Run
+from calibrate.runs.evaluate import scheme_table, score_runs
 from calibrate.runs.journal import Evaluation, json_number
+from calibrate.runs.problem import Problem
 
 
 def rescored(record: Evaluation, problem: Problem, config: RunConfig) -> Evaluation:

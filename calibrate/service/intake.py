@@ -46,8 +46,10 @@ from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
 from calibrate.parameters import PARAMETERS
 from calibrate.runs.ablation import GREEDY, parse_order
-from calibrate.runs.config import LINK_KINDS, RunConfig, host_schemes, links_for, problem_of, registry_of
+from calibrate.runs.config import LINK_KINDS, RunConfig
+from calibrate.runs.evaluate import host_schemes
 from calibrate.runs.options import REQUEST, config_of, flags_of, request_fields
+from calibrate.runs.problem import links_for, problem_of, registry_of
 from calibrate.service.settings import ServiceSettings
 from calibrate.service.store import CALIBRATION, QUEUED, SCORE, STUDY, Job, Store, now
 from calibrate.targets.archive import ARCHIVE_SUFFIXES

@@ -64,7 +64,7 @@ def make_private(paths: Iterable[Path], what: str) -> list[Path]:
 
 
 def host_slots() -> int:
-    """The emulator slots of this host's embedded Ray (`calibrate.evaluation.Evaluator`)."""
+    """The emulator slots of this host's embedded Ray (`calibrate.cluster.evaluator.Evaluator`)."""
     return SLOTS_PER_CORE * (os.cpu_count() or 1)
 
 

@@ -3,11 +3,12 @@
 SQLite in the server's root by default (embedded, nothing to install), PostgreSQL by URL
 (``postgresql+psycopg://user@host/db``).  Two tables:
 
-- ``jobs``: one row per job — a calibration (`calibrate run`) or a score (`calibrate score`):
-  its id, the digest that addresses its content (`calibrate.service.intake`), state, target as
-  submitted, the normalized options (JSON), its run directory, the pid of its process, times
-  (ISO 8601, UTC), the message of a failure and the exit status.  The run directory is the
-  job's truth about its progress; the row says only where it is and in which state.
+- ``jobs``: one row per job — a calibration (`calibrate run`), a study (`calibrate loo` or
+  `calibrate ablate`) or a score (`calibrate score`), its kind (`KINDS`): its id, the digest
+  that addresses its content (`calibrate.service.intake`), state, target as submitted, the
+  normalized options (JSON), its run directory, the pid of its process, times (ISO 8601, UTC),
+  the message of a failure and the exit status.  The run directory is the job's truth about its
+  progress; the row says only where it is and in which state.
 - ``tokens``: API tokens by name, each as a random salt and the SHA-256 of salt + token; the
   token itself is shown once, when made, and stored nowhere.
 
@@ -56,6 +57,12 @@ STATES = (QUEUED, RUNNING, DONE, FAILED, CANCELLED)
 FINISHED = (DONE, FAILED, CANCELLED)
 #: states in which a job answers a submission of the same content (the rest are tried again)
 LIVE = (QUEUED, RUNNING, DONE)
+#: the kinds of job: what the API submits and lists (/v1/calibrations, /v1/studies, /v1/scores)
+#: and the jobs table records.  Not the kinds of run (`calibrate.runs.kinds.KINDS`, run.json's
+#: "kind"), and not derived from them: a calibration job makes a calibration run, a study job a
+#: leave-one-out or an ablation run (its options' "study" names the command, ``loo`` or
+#: ``ablate``: one API resource, one form, for both), a score job no run at all.  A further kind
+#: of study would be a further value of "study", not a further kind of job.
 CALIBRATION, SCORE, STUDY = "calibration", "score", "study"
 KINDS = (CALIBRATION, SCORE, STUDY)
 #: the kinds whose job makes a run directory (journal, writer lock, export; `calibrate resume`)
