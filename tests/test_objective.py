@@ -158,3 +158,22 @@ def test_a_delay_of_zero_means_the_same_everywhere() -> None:
         replication_error({"cubic": (95.0, 0.0, 0.0)}, {"cubic": [emulated]})
     with pytest.raises(InputError, match="cubic are not usable: no delay measured"):
         bounds_from_target({"cubic": (95.0, 0.0, 0.0)})
+
+
+def test_a_target_scheme_with_a_delay_of_zero_is_dropped_with_the_reason(tmp_path) -> None:
+    """A target may hold a p95 of 0 ms (a measurement at whole-ms resolution); the run drops
+    that scheme, naming why, and scores the others, instead of refusing the whole target."""
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import problem_of
+    from calibrate.targets.load import load_target
+
+    table = tmp_path / "zero.csv"
+    table.write_text("scheme,runs,tput_mbps_mean,tput_mbps_std,delay_p95_ms_mean,delay_p95_ms_std,"
+                     "loss_pct_mean,loss_pct_std\n"
+                     "cubic,3,95.0,0.5,0,0,0.0,0.0\n"
+                     "bbr,3,94.0,0.5,12.0,0.4,0.1,0.0\n")
+    target = load_target(str(table))  # a delay of 0 is a measurement
+    problem = problem_of(target, RunConfig(target=str(table)))
+    assert list(problem.schemes) == ["bbr"]
+    assert "no delay measured" in problem.dropped["cubic"]
+    assert "divides by it" in problem.dropped["cubic"]

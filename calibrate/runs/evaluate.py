@@ -17,7 +17,7 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.evaluation import RunMetrics, RunTask, lost
 from calibrate.metrics import TOTAL
-from calibrate.objective import ReplicationError, Stats, replication_error
+from calibrate.objective import ReplicationError, replication_error
 from calibrate.runs.config import RunConfig
 from calibrate.runs.problem import Problem
 from calibrate.schemes import Registry, Scheme
@@ -87,17 +87,13 @@ def score_emulator(problem: Problem, config: RunConfig, schemes: Mapping[str, Sc
     return score_runs(problem, config, results)
 
 
-def _stats_json(s: Stats | None) -> dict[str, float] | None:
-    return None if s is None else {"tput": s.throughput, "delay": s.delay, "loss": s.loss}
-
-
 def scheme_table(error: ReplicationError) -> list[dict[str, Any]]:
     """Per key: real vs emulated, the error terms (%), replicates and failures."""
     rows = []
     for s in error.schemes:
         label, flow = (s.key if isinstance(s.key, tuple) else (s.key, TOTAL))
-        rows.append({"scheme": label, "flow": flow, "real": _stats_json(s.real),
-                     "emulated": _stats_json(s.emulated), "replicates": s.replicates,
+        rows.append({"scheme": label, "flow": flow, "real": None if s.real is None else s.real.to_json(),
+                     "emulated": None if s.emulated is None else s.emulated.to_json(), "replicates": s.replicates,
                      "error_pct": {"tput": 100 * s.throughput, "delay": 100 * s.delay,
                                    "loss": 100 * s.loss},
                      "failures": list(s.failures)})

@@ -88,7 +88,7 @@ class Problem:
             "workload": self.workload.to_json(),
             "real": [{"scheme": key[0] if isinstance(key, tuple) else key,
                       "flow": key[1] if isinstance(key, tuple) else TOTAL,
-                      "tput": s.throughput, "delay": s.delay, "loss": s.loss}
+                      **s.to_json()}
                      for key, s in self.real.items()],
         }
 
@@ -101,7 +101,7 @@ class Problem:
         schemes = {str(label): str(name) for label, name in data["schemes"].items()}
         if "real" in data:
             real = {(row["scheme"] if workload.flows == 1 else (row["scheme"], row["flow"])):
-                    Stats(float(row["tput"]), float(row["delay"]), float(row["loss"]))
+                    Stats.from_json(row)
                     for row in data["real"]}
         else:
             real = {}
@@ -175,6 +175,12 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
         if any(v is None or None in v for v in (values[f] for f in flow_keys + [TOTAL])):
             dropped[s.label] = (f"the target has no {config.aggregate} of every metric for "
                                 f"{s.label}; try --aggregate mean")
+            del schemes[s.label]
+            continue
+        why = next((w for f in flow_keys + [TOTAL]
+                    if (w := Stats(*values[f]).problem(reference=True))), None)  # type: ignore[misc]
+        if why:  # a scheme that moved nothing, or a delay of 0: f cannot divide by it
+            dropped[s.label] = f"the target's {config.aggregate} for {s.label} cannot be scored: {why}"
             del schemes[s.label]
             continue
         measurement = s.measurement(config.aggregate)
