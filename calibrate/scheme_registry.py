@@ -15,6 +15,11 @@ whether it is faithful; `experiments/vs_pantheon_schemes.py --write-fidelity` wr
 TCP is faithful by construction. A Pantheon label means the implementation of the target's era
 (`era_of`): Pantheon changed what some labels ran at the start of 2018.
 
+Where no faithful port or reference of what Pantheon ran is possible (webrtc was the hosts'
+unpinned Chromium; fillp was published only as binaries), the entry says so per era
+(`impossible`: what cannot be done, why, and the evidence: repository, commit, file, finding), and
+a target's label in that era is dropped with that reason (`impossibility`).
+
 Everything downstream (targets, the scheme registry of this host in `calibrate.schemes`, the
 objective) speaks canonical names; targets keep the original label next to it so nothing is lost.
 This module is plain data: no subprocess, no host.
@@ -149,6 +154,43 @@ class Fidelity:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """One finding in an upstream repository, at a commit."""
+
+    repo: str
+    commit: str
+    path: str  # file(s), with line numbers where they matter
+    finding: str
+
+    def short(self) -> str:
+        return f"{self.repo} {self.commit[:7]} {self.path}"
+
+
+@dataclass(frozen=True)
+class Impossible:
+    """Why no faithful port (or no reference build either) of what Pantheon ran under a label in
+    one era can be made."""
+
+    label: str
+    era: str
+    what: str  # "port" or "port and reference"
+    reason: str
+    evidence: tuple[Evidence, ...]
+
+    def message(self) -> str:
+        """The reason a target's label is not scored, with where to check it."""
+        what = "port or reference" if "reference" in self.what else "port"
+        return (f"no faithful {what} of Pantheon's {self.label} ({ERAS[self.era]} era) is "
+                f"possible: {self.reason} (evidence: "
+                + "; ".join(e.short() for e in self.evidence) + ")")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"era": self.era, "what": self.what, "reason": self.reason,
+                "evidence": [{"repo": e.repo, "commit": e.commit, "path": e.path,
+                              "finding": e.finding} for e in self.evidence]}
+
+
+@dataclass(frozen=True)
 class Entry:
     """One scheme of the registry file."""
 
@@ -160,6 +202,7 @@ class Entry:
     implementation: Implementation | None = None
     port_of: PortOf | None = None
     fidelity: Fidelity | None = None
+    impossible: Mapping[str, Impossible] | None = None  # era -> why no faithful port can be made
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -184,6 +227,17 @@ class Entry:
         if port is not None and not set(port["eras"]) <= set(ERAS):
             raise ValueError(f"{REGISTRY_FILE}: {data['name']}: unknown era in {port['eras']}; "
                              f"use {', '.join(ERAS)}")
+        impossible = {}
+        for era, why in (data.get("impossible") or {}).items():
+            if era not in ERAS or why.get("what") not in ("port", "port and reference") \
+                    or not why.get("reason") or not why.get("evidence"):
+                raise ValueError(f"{REGISTRY_FILE}: {data['name']}: impossible[{era!r}] needs an "
+                                 f"era of {', '.join(ERAS)}, what (port, port and reference), "
+                                 "a reason and evidence")
+            impossible[era] = Impossible(
+                str(data["name"]), era, str(why["what"]), str(why["reason"]),
+                tuple(Evidence(str(e["repo"]), str(e["commit"]), str(e["path"]), str(e["finding"]))
+                      for e in why["evidence"]))
         fidelity = data.get("fidelity")
         if fidelity is None and impl is not None and impl["kind"] == "kernel-tcp":
             fidelity = {"faithful": True, "against": "Pantheon's kernel schemes (iperf 2)",
@@ -196,7 +250,8 @@ class Entry:
                        str(impl.get("description", ""))),
                    None if port is None else PortOf(str(port["label"]), tuple(port["eras"]),
                                                     str(port.get("upstream", ""))),
-                   None if fidelity is None else Fidelity.from_json(fidelity))
+                   None if fidelity is None else Fidelity.from_json(fidelity),
+                   impossible or None)
 
 
 def _load() -> tuple[Entry, ...]:
@@ -241,6 +296,24 @@ def ports_of(label: str, era: str) -> tuple[Entry, ...]:
                  if e.port_of is not None and e.port_of.label in names and era in e.port_of.eras)
 
 
+def impossibility(label: str, era: str | None = None) -> Impossible | None:
+    """Why no faithful port of what Pantheon ran as `label` in `era` can be made, if the registry
+    file says so; without an era (labels of our own data dirs), the first era that says so."""
+    names = {label, canonical_scheme(label)}
+    for e in ENTRIES:
+        if e.impossible and names.intersection(e.names):
+            eras = [era] if era is not None else list(ERAS)
+            found = [e.impossible[x] for x in eras if x in e.impossible]
+            if found:
+                return found[0]
+    return None
+
+
+def impossible_labels() -> tuple[Impossible, ...]:
+    """Every label and era of the registry file for which no faithful port can be made."""
+    return tuple(why for e in ENTRIES if e.impossible for why in e.impossible.values())
+
+
 def traits_of(names: Iterable[str]) -> frozenset[Trait]:
     """The character of a scheme known by any of `names`: the traits of every entry that answers
     to one of them (its name, Pantheon labels or aliases)."""
@@ -253,6 +326,6 @@ def having(trait: Trait) -> frozenset[str]:
     return frozenset(n for e in ENTRIES if trait in e.character for n in e.names)
 
 
-__all__ = ["Entry", "Implementation", "PortOf", "Fidelity", "Spread", "ENTRIES", "TRAITS", "ERAS",
-           "ASSUMED_ERA", "canonical_scheme", "implemented", "era_of", "ports_of", "traits_of",
-           "having"]
+__all__ = ["Entry", "Implementation", "PortOf", "Fidelity", "Spread", "Evidence", "Impossible",
+           "ENTRIES", "TRAITS", "ERAS", "ASSUMED_ERA", "canonical_scheme", "implemented", "era_of",
+           "ports_of", "impossibility", "impossible_labels", "traits_of", "having"]

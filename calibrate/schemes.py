@@ -23,7 +23,8 @@ else to a built-in that lists it as an alias, a stand-in — so `vegas` is the k
 the kernel offers it, else the port of tcp_vegas.c, and `copa` of 2017 is the port of genericCC's
 Copa of that year. A calibration scores only faithful implementations unless a scheme is named
 (`resolve(..., substitutes=False)`), and a faithful one is always preferred: each carries its
-measured fidelity (`Scheme.fidelity`).
+measured fidelity (`Scheme.fidelity`). Where the registry file says no faithful port of a label's
+program is possible in the era (`impossible`), that reason, with its evidence, is why it is not run.
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ from typing import Literal
 
 from calibrate import binaries
 from calibrate.errors import EnvironmentProblem, InputError
-from calibrate.scheme_registry import ERAS, Fidelity, PortOf, canonical_scheme, implemented
+from calibrate.scheme_registry import (
+    ERAS,
+    Fidelity,
+    PortOf,
+    canonical_scheme,
+    implemented,
+    impossibility,
+)
 
 Side = Literal["sender", "receiver"]
 SIDES: tuple[Side, Side] = ("receiver", "sender")
@@ -168,6 +176,13 @@ class Registry:
         if usable:
             return usable[0]
         in_era = "" if era is None else f" ({ERAS[era]} era)"
+        impossible = impossibility(label, era)
+        if impossible is not None:
+            # the registry file's reason, with its evidence; a stand-in, if any, only when named
+            instead = "" if not available else (
+                f"; {available[0].name} stands in ({available[0].difference()}); name {label} in "
+                "--schemes to score it anyway")
+            raise InputError(impossible.message() + instead)
         if available:
             stand_in = available[0]
             raise InputError(f"no faithful implementation of {label!r}{in_era} here; "

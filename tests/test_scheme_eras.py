@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from calibrate.errors import InputError
-from calibrate.scheme_registry import ENTRIES, Fidelity, PortOf, Spread, era_of, ports_of
+from calibrate.scheme_registry import ENTRIES, Fidelity, PortOf, Spread, era_of, impossibility, ports_of
 from calibrate.schemes import Registry, Scheme
 
 FAITHFUL = Fidelity(True, "upstream build", "2026-11-27", tput_pct=Spread(1.0, 3.0),
@@ -86,3 +86,58 @@ def test_every_port_in_the_registry_file_names_a_label_and_an_era():
     for name in ("udp-copa", "udp-vegas", "udp-ledbat", "udp-saturator", "quic-cubic"):
         entry = next(e for e in ENTRIES if e.name == name)
         assert entry.fidelity is not None and not entry.fidelity.faithful
+
+
+def test_a_label_no_port_can_reproduce_is_dropped_with_the_registry_files_reason_and_evidence():
+    reg = registry(scheme("cubic", aliases=("default_tcp",), kind="kernel-tcp", fidelity=FAITHFUL))
+    with pytest.raises(InputError, match=r"no faithful port or reference of Pantheon's webrtc "
+                                         r"\(Dec 2016 - 2017 era\) is possible: .*chromium-browser.*"
+                                         r"evidence: .*StanfordLPNG/webrtc 0ab51f9"):
+        reg.resolve("webrtc", "2017", substitutes=False)
+    with pytest.raises(InputError, match=r"no faithful port of Pantheon's fillp \(2018 - 2020 era\)"
+                                         r".*--pantheon-dir.*fillthepipe/fill-the-pipe d6da145"):
+        reg.resolve("fillp", "2018")  # named or not
+    with pytest.raises(InputError, match=r"fillp_sheep \(2018 - 2020 era\).*fillthepipe/fillp-sheep"):
+        reg.resolve("fillp_sheep", "2018")
+    with pytest.raises(InputError, match=r"Pantheon's webrtc \(Dec 2016 - 2017 era\)"):
+        reg.resolve("webrtc")  # no era (a data dir's label): still the registry's reason
+    # the binaries Pantheon ran as fillp run through its own wrapper, which is faithful
+    wrapper = scheme("pantheon-fillp", aliases=("fillp",), kind="pantheon-wrapper")
+    assert registry(wrapper).resolve("fillp", "2018", substitutes=False) is wrapper
+    # a stand-in runs only when named, with its measured difference, never silently
+    stand_in = scheme("udp-webrtc", aliases=("webrtc",), fidelity=OFF)
+    with pytest.raises(InputError, match=r"webrtc .* is possible: .*udp-webrtc stands in "
+                                         r"\(.*\+100 %.*name webrtc in --schemes"):
+        registry(stand_in).resolve("webrtc", "2018", substitutes=False)
+    assert registry(stand_in).resolve("webrtc", "2018") is stand_in
+
+
+def test_a_target_reports_such_a_label_as_dropped_with_that_reason():
+    from calibrate.runs.config import RunConfig, problem_of
+    from calibrate.targets.load import load_target
+
+    reg = registry(scheme("cubic", aliases=("default_tcp",), kind="kernel-tcp", fidelity=FAITHFUL))
+    problem = problem_of(load_target("nepal"), RunConfig(target="nepal"), reg)
+    assert problem.era == "2017" and problem.schemes == {"default_tcp": "cubic"}
+    assert problem.dropped["webrtc"].startswith("no faithful port or reference of Pantheon's webrtc")
+    assert "StanfordSNR/pantheon c3ff6bc src/webrtc.py" in problem.dropped["webrtc"]
+    assert problem.dropped["verus"].startswith("unknown scheme")  # portable, just not ported yet
+
+
+def test_the_registry_file_says_which_labels_no_port_can_reproduce_with_evidence():
+    impossible = {(why.label, why.era): why for e in ENTRIES if e.impossible
+                  for why in e.impossible.values()}
+    assert set(impossible) == {("webrtc", "2017"), ("webrtc", "2018"), ("fillp", "2017"),
+                               ("fillp", "2018"), ("fillp_sheep", "2018")}
+    for why in impossible.values():
+        assert why.reason and why.what in ("port", "port and reference")
+        for evidence in why.evidence:
+            assert evidence.repo.count("/") == 1 and evidence.path and evidence.finding
+            assert len(evidence.commit) == 40 and int(evidence.commit, 16) >= 0
+    assert impossible[("webrtc", "2017")].what == "port and reference"
+    assert impossible[("fillp", "2018")].what == "port"  # its binaries run: Pantheon's wrapper
+    assert impossibility("indigo", "2018") is None  # its weights are in the pinned repository
+    indigo = next(e for e in ENTRIES if e.name == "indigo")
+    assert indigo.note and "dagger/model/model.index" in indigo.note
+    assert impossibility("webrtc", "2017") is impossible[("webrtc", "2017")]
+    assert impossibility("copa", "2017") is None

@@ -55,6 +55,23 @@ def test_calibrate_schemes_lists_the_builtins_with_aliases():
     assert table.returncode == 0 and "udp-saturator" in table.stdout and "default_tcp" in table.stdout
 
 
+def test_calibrate_schemes_shows_the_labels_no_port_can_reproduce_with_the_evidence():
+    listed = cli("schemes", "--json")
+    assert listed.returncode == 0, listed.stderr
+    impossible = {s["name"]: s for s in json.loads(listed.stdout) if s["kind"] == "impossible"}
+    assert set(impossible) == {"webrtc", "fillp", "fillp_sheep"}
+    webrtc = impossible["webrtc"]
+    assert not webrtc["available"] and "chromium-browser" in webrtc["unavailable_reason"]
+    assert [why["era"] for why in webrtc["impossible"]] == ["2017", "2018"]
+    assert {e["repo"] for why in webrtc["impossible"] for e in why["evidence"]} >= {
+        "StanfordSNR/pantheon", "StanfordLPNG/webrtc", "StanfordSNR/webrtc"}
+
+    table = cli("schemes")  # the table wraps to the terminal: look for single words
+    assert table.returncode == 0 and "fillp_sheep" in table.stdout and "Chromium" in table.stdout
+    verbose = " ".join(cli("schemes", "--verbose").stdout.split())
+    assert "webrtc (2017): evidence: StanfordLPNG/webrtc 0ab51f9a256ec712c4dc9907d28055b07bcbb1b5" in verbose
+
+
 def test_pantheon_labels_resolve_to_our_schemes():
     registry = load_registry()
     kernel_vegas = registry.get("vegas")

@@ -1,6 +1,8 @@
 """`calibrate schemes`: the schemes this host can run, their Pantheon aliases, which side
 starts first, which program of Pantheon's each ports (label and era), its measured fidelity to
-that program, where ours differs from what Pantheon ran, and why any is unavailable."""
+that program, where ours differs from what Pantheon ran, why any is unavailable, and the Pantheon
+labels whose program no faithful port can reproduce (the registry file's `impossible`, with the
+evidence)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from calibrate.cli.common import add_pantheon_options, registry_from
+from calibrate.scheme_registry import Impossible, impossible_labels
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "aliases (Pantheon labels), which side runs first, the Pantheon label and era "
                     "each port reproduces, its measured fidelity (a calibration scores only "
                     "faithful ones unless a scheme is named), notes where our implementation is "
-                    "not the one Pantheon ran, and why any is unavailable.")
+                    "not the one Pantheon ran, why any is unavailable, and the Pantheon labels "
+                    "for which no faithful port is possible, with the evidence (in --json, "
+                    "entries of kind \"impossible\").")
     parser.add_argument("--json", action="store_true",
                         help="print the registry as JSON on stdout instead of tables")
     parser.add_argument("--verbose", "-v", action="store_true",
@@ -31,8 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_from(args)
+    impossible = _by_label(impossible_labels())
     if args.json:
-        print(json.dumps([s.to_json() for s in registry.schemes], indent=2))
+        print(json.dumps([s.to_json() for s in registry.schemes]
+                         + [{"name": label, "kind": "impossible", "available": False,
+                             "unavailable_reason": whys[0].message(),
+                             "impossible": [why.to_json() for why in whys]}
+                            for label, whys in impossible.items()], indent=2))
         return 0
     available = registry.available()
     table = Table(title=f"{len(available)} of {len(registry.schemes)} schemes available on this host")
@@ -63,8 +73,34 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for line in notes:
         console.print(line, highlight=False)
+    if impossible:
+        gone = Table(title="Pantheon labels no faithful port can reproduce (not scored)")
+        gone.add_column("label", style="bold", no_wrap=True)
+        gone.add_column("era")
+        gone.add_column("impossible")
+        gone.add_column("why", overflow="fold")
+        for label, whys in impossible.items():
+            same: dict[tuple[str, str], list[str]] = {}  # one row for the eras that agree
+            for why in whys:
+                same.setdefault((why.what, why.reason), []).append(why.era)
+            for (what, reason), eras in same.items():
+                gone.add_row(label, ", ".join(eras), what, reason)
+        console.print(gone)
+        if args.verbose:
+            for label, whys in impossible.items():
+                for why in whys:
+                    for e in why.evidence:
+                        console.print(f"{label} ({why.era}): evidence: {e.repo} {e.commit} "
+                                      f"{e.path}: {e.finding}", highlight=False)
     if not args.verbose:
         console.print("A calibration scores the faithful implementation of each Pantheon label in "
                       "the target's era; a stand-in only when named (--schemes). --verbose: "
-                      "upstream, measured difference, notes, commands.", highlight=False)
+                      "upstream, measured difference, notes, commands, evidence.", highlight=False)
     return 0
+
+
+def _by_label(whys: tuple[Impossible, ...]) -> dict[str, list[Impossible]]:
+    out: dict[str, list[Impossible]] = {}
+    for why in whys:
+        out.setdefault(why.label, []).append(why)
+    return out
