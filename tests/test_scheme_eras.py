@@ -113,7 +113,8 @@ def test_a_label_no_port_can_reproduce_is_dropped_with_the_registry_files_reason
 
 
 def test_a_target_reports_such_a_label_as_dropped_with_that_reason():
-    from calibrate.runs.config import RunConfig, problem_of
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import problem_of
     from calibrate.targets.load import load_target
 
     reg = registry(scheme("cubic", aliases=("default_tcp",), kind="kernel-tcp", fidelity=FAITHFUL))
