@@ -98,7 +98,7 @@ def test_a_fold_fits_without_its_held_out_scheme(loo, target, tmp_path):
         moved = {k: (Stats(v.throughput * 3, v.delay * 3, v.loss) if k == label else v)
                  for k, v in study.problem.real.items()}
         other = replace(study.directory, problem=replace(study.problem, real=moved))
-        again = LeaveOneOut.of(other, study.records).fold_result(i)
+        again = LeaveOneOut.of(other, study.records).fold_result(i).to_json()
         assert again["candidate"] == result["folds"][i]["candidate"]
         assert again["in_sample"]["f"] == pytest.approx(result["folds"][i]["in_sample"]["f"])
         assert again["held_out"]["f"] != pytest.approx(result["folds"][i]["held_out"]["f"])

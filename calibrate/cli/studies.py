@@ -8,9 +8,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.cli.common import fmt_duration, fmt_f, writable
+
+if TYPE_CHECKING:
+    from calibrate.runs.study_result import LooResult
 
 # ----------------------------------------------------------------------------------------------
 # Tables
@@ -28,47 +31,47 @@ def _pm(f: float | None, noise: float | None) -> str:
     return "–" if f is None else f"{fmt(f)} %" + ("" if noise is None else f" ± {fmt(noise)}")
 
 
-def print_loo(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
+def print_loo(result: LooResult, run_dir: Path, exported: Path | None) -> None:
     from rich.table import Table
 
     from calibrate.study_export import PAPER_LOO_PCT, fmt, params_text
 
     console = _console()
-    share = result["sharing"]
-    per_link = ", ".join(f"{n} {link}" for link, n in share["evaluations"].items())
-    table = Table(title=f"leave-one-out of {result['target']}: {share['folds']} folds over "
-                        f"{result['evaluations']} shared evaluations ({per_link}), "
-                        f"{fmt_duration(result['wall_s'])}", title_justify="left")
+    share = result.sharing
+    per_link = ", ".join(f"{n} {link}" for link, n in share.evaluations.items())
+    table = Table(title=f"leave-one-out of {result.head.target}: {share.folds} folds over "
+                        f"{result.head.evaluations} shared evaluations ({per_link}), "
+                        f"{fmt_duration(result.head.wall_s)}", title_justify="left")
     for column in ("held out", "link", "held-out f", "tput err %", "p95 err %", "in-sample f",
                    "emulator (fitted without it)"):
         table.add_column(column)
-    for fold in result["folds"]:
-        held, ins = fold.get("held_out"), fold.get("in_sample")
-        if not held:
-            table.add_row(fold["fold"], "–", "–", "–", "–", "–", fold.get("failed") or "–")
+    for fold in result.folds:
+        held, ins = fold.held_out, fold.in_sample
+        if held is None or ins is None:
+            table.add_row(fold.fold, "–", "–", "–", "–", "–", fold.failed or "–")
             continue
-        if fold.get("failed"):
+        if fold.failed:
             shown = "failed"
         else:
-            shown = _pm(held["f"], held["noise"])
-        table.add_row(fold["fold"], fold["link"], shown, fmt(held["errors_pct"]["tput"]),
-                      fmt(held["errors_pct"]["delay"]), _pm(ins["f"], ins["noise"]),
-                      params_text(fold["params"]))
-    h, i = result["held_out"], result["in_sample"]
+            shown = _pm(held.f, held.noise)
+        table.add_row(fold.fold, fold.link, shown, fmt(held.errors_pct["tput"]),
+                      fmt(held.errors_pct["delay"]), _pm(ins.f, ins.noise),
+                      params_text(fold.params or {}))
+    h, i = result.held_out, result.in_sample
     table.add_section()
-    table.add_row(f"mean ({h['n']})", "", _pm(h["mean"], None), "", "", _pm(i["mean"], None), "")
-    table.add_row("median", "", _pm(h["median"], None), "", "", _pm(i["median"], None), "")
+    table.add_row(f"mean ({h.n})", "", _pm(h.mean, None), "", "", _pm(i.mean, None), "")
+    table.add_row("median", "", _pm(h.median, None), "", "", _pm(i.median, None), "")
     console.print(table)
-    for fold in result["folds"]:
-        if fold.get("failed") and fold.get("held_out"):
-            console.print(f"fold {fold['fold']}: the held-out scheme did not run at its emulator "
-                          f"({fold['failed']}); not averaged", highlight=False)
-    saved = share["saved"]
-    pct = 100 * saved / share["independent_scheme_runs"] if share["independent_scheme_runs"] else 0.0
-    console.print(f"sharing: {share['scheme_runs']} scheme runs made; independent folds would have "
-                  f"made {share['independent_scheme_runs']} (each fold's own evaluations of its "
-                  f"{share['folds'] - 1} schemes, and its held-out scheme at its emulator, "
-                  f"{share['replicates']} replicates each): {saved} saved ({pct:.0f} %)",
+    for fold in result.folds:
+        if fold.failed and fold.held_out:
+            console.print(f"fold {fold.fold}: the held-out scheme did not run at its emulator "
+                          f"({fold.failed}); not averaged", highlight=False)
+    saved = share.saved
+    pct = 100 * saved / share.independent_scheme_runs if share.independent_scheme_runs else 0.0
+    console.print(f"sharing: {share.scheme_runs} scheme runs made; independent folds would have "
+                  f"made {share.independent_scheme_runs} (each fold's own evaluations of its "
+                  f"{share.folds - 1} schemes, and its held-out scheme at its emulator, "
+                  f"{share.replicates} replicates each): {saved} saved ({pct:.0f} %)",
                   highlight=False)
     console.print(f"the Pantheon paper: calibrated without it, an emulator predicted the held-out "
                   f"scheme within about {PAPER_LOO_PCT:.0f} %", highlight=False)

@@ -299,7 +299,7 @@ class Ablation(Run):
             steps.append(entry)
         scored = [s for s in steps if s.get("f") is not None]
         best_step = min(scored, key=lambda s: s["f"])["step"] if scored else None
-        return {**common_result(self, RESULT_FORMAT), "order": self.settings.get("order", GREEDY),
+        return {**common_result(self, RESULT_FORMAT).to_json(), "order": self.settings.get("order", GREEDY),
                 "defaults": dict(DEFAULTS), "defaults_text": self.settings.get("defaults_text"),
                 "links": list(self.config.links), "steps": steps, "best_step": best_step}
 

@@ -38,7 +38,6 @@ reasons) and is left out of the mean and median rather than counted as 0 (or as 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +52,7 @@ from calibrate.runs.evaluate import scheme_table
 from calibrate.runs.journal import Evaluation
 from calibrate.runs.problem import Problem
 from calibrate.runs.study import common_result, part_of, rescored, runs_of, score_part
+from calibrate.runs.study_result import FoldError, FoldResult, LooResult, Sharing
 
 KIND = "leave-one-out"
 RESULT_FORMAT = "calibrate-loo"
@@ -150,58 +150,44 @@ class LeaveOneOut(Run):
 
     # -- the outcome
 
-    def fold_result(self, i: int) -> dict[str, Any]:
-        """Fold i's calibration (a `Calibration.result`, per link kind and the winner) and its
+    def fold_result(self, i: int) -> FoldResult:
+        """Fold i's calibration (a calibration's result, per link kind and the winner) and its
         held-out error at the winner's incumbent."""
         fold = self.folds[i]
         searches = {link: s[i] for link, s in self.by_link.items()}
         outcome = calibration_result(searches, self.config.target, fitted(self.problem, fold),
                                      self.target.evidence)
-        entry: dict[str, Any] = {"fold": fold.name, "labels": list(fold.labels),
-                                 "calibration": outcome.to_json()}
         best = outcome.best
-        if best is None:
-            entry["failed"] = "no evaluation yet"
-            return entry
+        if best is None or best.f is None:
+            return FoldResult(fold.name, fold.labels, outcome, "no evaluation yet")
         record = next(r for r in self.records if r.candidate == best.candidate)
         held = score_part(held_out(self.problem, fold), self.config, runs_of(record))
         failed = held.penalized
-        entry.update({
-            "link": outcome.winner, "candidate": record.candidate, "params": dict(record.params),
-            "emulator": record.emulator,
-            "in_sample": {"f": best.f, "noise": best.noise, "errors_pct": dict(best.errors_pct)},
-            "held_out": {"f": held.f, "noise": None if math.isnan(held.noise) else held.noise,
-                         "errors_pct": {"tput": held.throughput, "delay": held.delay, "loss": held.loss},
-                         "schemes": scheme_table(held)},
-            "failed": ("; ".join(f"{k}: {v}" for k, v in failed.items())
-                       if len(failed) == len(held.schemes) else None),
-        })
-        return entry
+        return FoldResult(
+            fold.name, fold.labels, outcome,
+            failed=("; ".join(f"{k}: {v}" for k, v in failed.items())
+                    if len(failed) == len(held.schemes) else None),
+            link=outcome.winner, candidate=record.candidate, params=dict(record.params),
+            emulator=record.emulator,
+            in_sample=FoldError(best.f, best.noise, dict(best.errors_pct)),
+            held_out=FoldError(held.f, None if math.isnan(held.noise) else held.noise,
+                               {"tput": held.throughput, "delay": held.delay, "loss": held.loss},
+                               tuple(scheme_table(held))))
 
-    def sharing(self) -> dict[str, Any]:
+    def sharing(self) -> Sharing:
         """Scheme runs made, and what independent folds would have made (module docstring)."""
         groups, reps = len(self.folds), self.config.replicates
         made = sum(len(r.runs) for r in self.records)
         per_link = {link: sum(r.link == link for r in self.records) for link in self.by_link}
         independent = sum(n * groups * (groups - 1) * reps for n in per_link.values()) + groups * reps
-        return {"evaluations": per_link, "folds": groups, "replicates": reps,
-                "scheme_runs": made, "independent_scheme_runs": independent,
-                "saved": independent - made}
+        return Sharing(per_link, groups, reps, made, independent)
+
+    def outcome(self) -> LooResult:
+        return LooResult.of(common_result(self, RESULT_FORMAT), list(self.by_link),
+                            [self.fold_result(i) for i in range(len(self.folds))], self.sharing())
 
     def result(self) -> dict[str, Any]:
-        folds = [self.fold_result(i) for i in range(len(self.folds))]
-        scored = [f for f in folds if "held_out" in f and not f["failed"]]
-
-        def summary(values: list[float]) -> dict[str, Any]:
-            return {"n": len(values), "mean": statistics.fmean(values) if values else None,
-                    "median": statistics.median(values) if values else None}
-
-        return {**common_result(self, RESULT_FORMAT), "links": list(self.by_link),
-                "folds": folds,
-                "held_out": summary([f["held_out"]["f"] for f in scored]),
-                "in_sample": summary([f["in_sample"]["f"] for f in scored]),
-                "failed": [f["fold"] for f in folds if f.get("failed")],
-                "sharing": self.sharing()}
+        return self.outcome().to_json()
 
 
 def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from calibrate.evaluation import RunMetrics
 from calibrate.objective import ReplicationError
@@ -23,6 +22,7 @@ from calibrate.runs.controller import Run
 from calibrate.runs.evaluate import scheme_table, score_runs
 from calibrate.runs.journal import Evaluation, json_number
 from calibrate.runs.problem import Problem
+from calibrate.runs.study_result import StudyHead
 
 
 def rescored(record: Evaluation, problem: Problem, config: RunConfig) -> Evaluation:
@@ -56,9 +56,9 @@ def part_of(problem: Problem, labels: Sequence[str]) -> Problem:
                    schemes={label: name for label, name in problem.schemes.items() if label in keep})
 
 
-def common_result(study: Run, fmt: str) -> dict[str, Any]:
+def common_result(study: Run, fmt: str) -> StudyHead:
     """What every study's result.json starts with."""
-    return {"format": fmt, "version": 1, "kind": study.kind, "target": study.config.target,
-            "evaluations": len(study.records), "wall_s": study.wall_s(),
-            "replicates": study.config.replicates, "runtime_s": study.config.runtime_s,
-            "budget": study.config.budget, "dropped": dict(study.problem.dropped)}
+    return StudyHead(format=fmt, kind=study.kind, target=study.config.target,
+                     evaluations=len(study.records), wall_s=study.wall_s(),
+                     replicates=study.config.replicates, runtime_s=study.config.runtime_s,
+                     budget=study.config.budget, dropped=dict(study.problem.dropped))
