@@ -26,6 +26,7 @@ import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from calibrate.runs.controller import Run, Search
 from calibrate.runs.journal import RunDir, jsonable, write_atomic
 from calibrate.runs.kinds import kind_of
 from calibrate.runs.result import CalibrationResult
+from calibrate.runs.study_result import AblationResult
 
 #: the Pantheon paper's numbers (§5; Figure 5) the tables are printed beside
 PAPER_LOO_PCT = 20.0
@@ -165,36 +167,37 @@ def plot_loo(result: Mapping[str, Any], out: Path | str | None = None):
     return fig
 
 
-def plot_ablation(result: Mapping[str, Any], out: Path | str | None = None):
+def plot_ablation(result: AblationResult | Mapping[str, Any], out: Path | str | None = None):
     """The paper's Figure 5: f of each step's model, with its noise, the nested steps in the
     first link kind's colour and the deliveries step in the other's; a greedy step's other
-    candidates as open circles; a rise beyond the noise marked.  Returns the figure; saves it
-    to `out` if given."""
-    steps = [s for s in result["steps"] if s.get("f") is not None]
+    candidates as open circles; a rise beyond the noise marked.  `result` is the ablation's, or
+    its JSON (result.json, `study_result`).  Returns the figure; saves it to `out` if given."""
+    if not isinstance(result, AblationResult):
+        result = AblationResult.from_json(result)
+    steps = [s for s in result.steps if s.f is not None]
     fig = _figure(max(5.5, 1.3 * len(steps) + 2), 4.8)
     ax = fig.add_subplot(1, 1, 1)
     for i, step in enumerate(steps):
-        color = LINK_COLORS.get(step["link"], "tab:gray")
-        ax.bar(i, step["f"], 0.6, yerr=step.get("noise") or 0, color=color, capsize=3, alpha=0.85)
-        ax.text(i, step["f"], f"{step['f']:.1f} %", ha="center", va="bottom", fontsize=8)
-        others = [t for t in step["trials"] if not t["chosen"] and t.get("f") is not None]
+        f = step.f or 0.0
+        color = LINK_COLORS.get(step.link, "tab:gray")
+        ax.bar(i, f, 0.6, yerr=step.noise or 0, color=color, capsize=3, alpha=0.85)
+        ax.text(i, f, f"{f:.1f} %", ha="center", va="bottom", fontsize=8)
+        others = [t for t in step.trials if not t.chosen and t.f is not None]
         for t in others:
-            ax.scatter([i + 0.38], [t["f"]], facecolors="white", edgecolors=color, s=30, zorder=3)
-            ax.annotate(t["adds"], (i + 0.38, t["f"]), xytext=(4, 0), textcoords="offset points",
+            ax.scatter([i + 0.38], [t.f], facecolors="white", edgecolors=color, s=30, zorder=3)
+            ax.annotate(t.adds, (i + 0.38, t.f), xytext=(4, 0), textcoords="offset points",
                         fontsize=7, va="center")
-        if step.get("rise"):
-            ax.annotate("rise > noise", (i, step["f"]), xytext=(0, 14), textcoords="offset points",
+        if step.rise:
+            ax.annotate("rise > noise", (i, f), xytext=(0, 14), textcoords="offset points",
                         ha="center", fontsize=8, color="tab:red")
-    _scale(ax, [s["f"] for s in steps] + [t.get("f") for s in steps for t in s["trials"]])
+    _scale(ax, [s.f for s in steps] + [t.f for s in steps for t in s.trials])
     ax.set_xticks(range(len(steps)))
-    ax.set_xticklabels([s["label"] for s in steps], rotation=15, ha="right", fontsize=8)
+    ax.set_xticklabels([s.label for s in steps], rotation=15, ha="right", fontsize=8)
     ax.set_ylabel("replication error f (%)")
     ax.grid(True, axis="y", alpha=0.3)
-    order = result.get("order")
-    order_text = order if isinstance(order, str) else ",".join(order or [])
-    ax.set_title(textwrap.shorten(f"ablation of {result['target']} (order {order_text})", 90,
+    ax.set_title(textwrap.shorten(f"ablation of {result.head.target} (order {result.order_text})", 90,
                                   placeholder=" …")
-                 + f"\nstep 0: the rate; {result.get('defaults_text') or ''}", fontsize=9)
+                 + f"\nstep 0: the rate; {result.defaults_text or ''}", fontsize=9)
     fig.tight_layout()
     if out is not None:
         fig.savefig(out, dpi=150)
@@ -239,19 +242,21 @@ def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: R
                 if fold["calibration"].get("winner"):
                     searches = {link: s[i] for link, s in study.by_link.items()}
                     _export_searches(study, searches, fold["calibration"], out / "folds" / _safe(fold["fold"]))
-            stem, table, plot = "loo", loo.rows(result), plot_loo
+            stem, table, plot = "loo", loo.rows(result), partial(plot_loo, result)
         elif isinstance(study, ablation.Ablation):
-            for step, entry in zip(study.steps, result["steps"], strict=True):
-                if entry.get("calibration"):
-                    search = next(s for s in step.trials if s.name == entry["search"])
-                    _export_searches(study, {search.link: search}, entry["calibration"],
-                                     out / "steps" / f"{step.index}-{_safe(entry['adds'])}")
-            stem, table, plot = "ablation", ablation.rows(result), plot_ablation
+            typed = AblationResult.from_json(result)
+            for step, entry in zip(study.steps, typed.steps, strict=True):
+                if entry.calibration is not None:
+                    search = next(s for s in step.trials if s.name == entry.search)
+                    _export_searches(study, {search.link: search}, entry.calibration.to_json(),
+                                     out / "steps" / f"{step.index}-{_safe(entry.adds or '')}")
+            stem, table = "ablation", ablation.rows(typed)
+            plot = partial(plot_ablation, typed)
         else:  # pragma: no cover  (open_study knows only these)
             raise InputError(f"{run_dir}: no export for a {study.kind} study")
         write_atomic(out / f"{stem}.json", result)
         write_csv(table, out / f"{stem}.csv")
-        plot(result, out / f"{stem}.png")
+        plot(out / f"{stem}.png")
     except OSError as error:
         raise InputError(f"cannot write the export to {out} ({error.strerror or error}); "
                          f"choose another --out") from None

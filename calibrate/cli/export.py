@@ -61,7 +61,7 @@ def presentations() -> dict[str, Presentation]:
     new kind of run adds its line here.  The runs layer cannot hold these itself: the exports
     and the CLI import it.  Built when a command runs (the run layer is not imported to parse
     options)."""
-    from calibrate.cli.studies import export_command, print_ablation
+    from calibrate.cli.studies import export_command
     from calibrate.export import export
     from calibrate.runs.ablation import Ablation
     from calibrate.runs.calibration import Calibration
@@ -75,8 +75,8 @@ def presentations() -> dict[str, Presentation]:
         Calibration.kind: Presentation(lambda run, result: export(run.run_dir), _show_calibration,
                                        _export_calibration),
         LeaveOneOut.kind: Presentation(study, _show_loo, partial(export_command, stem="loo", show=_show_loo)),
-        Ablation.kind: Presentation(study, print_ablation,
-                                    partial(export_command, stem="ablation", show=print_ablation)),
+        Ablation.kind: Presentation(study, _show_ablation,
+                                    partial(export_command, stem="ablation", show=_show_ablation)),
     }
 
 
@@ -85,6 +85,13 @@ def _show_loo(result: dict[str, Any], run_dir: Path, exported: Path | None) -> N
     from calibrate.runs.study_result import LooResult
 
     print_loo(LooResult.from_json(result), run_dir, exported)
+
+
+def _show_ablation(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
+    from calibrate.cli.studies import print_ablation
+    from calibrate.runs.study_result import AblationResult
+
+    print_ablation(AblationResult.from_json(result), run_dir, exported)
 
 
 def _show_calibration(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from calibrate.cli.common import fmt_duration, fmt_f, writable
 
 if TYPE_CHECKING:
-    from calibrate.runs.study_result import LooResult
+    from calibrate.runs.study_result import AblationResult, LooResult
 
 # ----------------------------------------------------------------------------------------------
 # Tables
@@ -80,33 +80,31 @@ def print_loo(result: LooResult, run_dir: Path, exported: Path | None) -> None:
                   highlight=False)
 
 
-def print_ablation(result: dict[str, Any], run_dir: Path, exported: Path | None) -> None:
+def print_ablation(result: AblationResult, run_dir: Path, exported: Path | None) -> None:
     from rich.table import Table
 
     from calibrate.study_export import fmt, params_text
 
     console = _console()
-    order = result["order"] if isinstance(result["order"], str) else ",".join(result["order"])
-    table = Table(title=f"ablation of {result['target']} (order {order}): {result['evaluations']} "
-                        f"evaluations, {fmt_duration(result['wall_s'])}", title_justify="left")
+    head = result.head
+    table = Table(title=f"ablation of {head.target} (order {result.order_text}): {head.evaluations} "
+                        f"evaluations, {fmt_duration(head.wall_s)}", title_justify="left")
     for column in ("step", "parameter added", "f", "noise", "change", "emulator", "evals",
                    "other candidates (f)"):
         table.add_column(column)
-    for s in result["steps"]:
-        if s.get("f") is None:
-            table.add_row(str(s["step"]), "–", "–", "–", "–", "not evaluated", "0", "")
+    best_step = result.best_step
+    for s in result.steps:
+        if s.f is None:
+            table.add_row(str(s.step), "–", "–", "–", "–", "not evaluated", "0", "")
             continue
-        change = "" if s.get("change") is None else f"{s['change']:+.1f}" + (" ▲" if s.get("rise") else "")
-        others = ", ".join(f"{t['adds']} {fmt(t['f'])}" for t in s["trials"]
-                           if not t["chosen"] and t.get("f") is not None)
-        mark = " *" if s["step"] == result.get("best_step") else ""
-        table.add_row(str(s["step"]) + mark, s["label"] + ("" if s["link"] == result["links"][0] else ""),
-                      f"{fmt(s['f'])} %", fmt_f(s.get("noise")), change,
-                      f"{s['link']}: {params_text(s.get('params'))}",
-                      str(sum(t["evaluations"] for t in s["trials"])), others)
+        change = "" if s.change is None else f"{s.change:+.1f}" + (" ▲" if s.rise else "")
+        others = ", ".join(f"{t.adds} {fmt(t.f)}" for t in s.trials if not t.chosen and t.f is not None)
+        mark = " *" if s.step == best_step else ""
+        table.add_row(str(s.step) + mark, s.label or "", f"{fmt(s.f)} %", fmt_f(s.noise), change,
+                      f"{s.link}: {params_text(s.params)}", str(s.all_evaluations), others)
     console.print(table)
     console.print(f"step 0 is the rate alone, the rest at the emulator's defaults: "
-                  f"{result.get('defaults_text')}; each next step starts from the previous one's best "
+                  f"{result.defaults_text}; each next step starts from the previous one's best "
                   f"point (* = lowest f; ▲ = f rose by more than the two steps' measured noise, "
                   f"√(σ₁² + σ₂²))", highlight=False)
     console.print("the Pantheon paper (Figure 5): China wired, rate only 211.8 % → + delay 189.7 % → "

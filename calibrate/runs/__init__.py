@@ -20,6 +20,6 @@ append-only journal of evaluations, and a result; and the loop that fills it.
   (`calibrate.runs.loo`) and ablations (`calibrate.runs.ablation`); `calibrate.runs.study`
   holds what the studies share;
 - `calibrate.runs.result`: a calibration's result.json, typed; `calibrate.runs.study_result`:
-  what every study's result starts with and leave-one-out's result, typed (an ablation's is
-  still a dict); `calibrate.runs.progress`: what a run reports while it runs, and its ETA.
+  what every study's result starts with, leave-one-out's result and an ablation's, typed;
+  `calibrate.runs.progress`: what a run reports while it runs, and its ETA.
 """

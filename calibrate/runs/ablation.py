@@ -28,7 +28,8 @@ steps' measured noise combined (√(σ₁² + σ₂²); any rise when no noise w
 deliveries step is not nested in the one before, so its change is reported, not marked.
 
 Every evaluation scores every scheme of the target (f over the whole problem), and each step's
-emulator is exported like a calibration's (`calibrate.study_export`).
+emulator is exported like a calibration's (`calibrate.study_export`).  The result is typed
+(`calibrate.runs.study_result.AblationResult`, built by `Ablation.outcome`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from calibrate.runs.journal import Evaluation
 from calibrate.runs.problem import Problem
 from calibrate.runs.result import CalibrationResult, LinkResult
 from calibrate.runs.study import common_result
+from calibrate.runs.study_result import AblationResult, AblationStep, AblationTrial
 from calibrate.schemes import Registry
 from calibrate.space import LOSS_KNEE, SearchSpace
 from calibrate.targets.model import Target
@@ -266,42 +268,43 @@ class Ablation(Run):
 
     # -- the outcome
 
-    def result(self) -> dict[str, Any]:
-        steps: list[dict[str, Any]] = []
+    def outcome(self) -> AblationResult:
+        steps: list[AblationStep] = []
         for step in self.steps:
             j = self.chosen(step)
             trials = []
             for i, search in enumerate(step.trials):
                 res = self.trial_result(search) if search.records else None
-                trials.append({"adds": step.adds[i], "label": step.label(i), "search": search.name,
-                               "f": None if res is None else res.f,
-                               "noise": None if res is None else res.noise,
-                               "evaluations": search.counted, "stopped": search.stopped,
-                               "chosen": i == j})
+                trials.append(AblationTrial(step.adds[i], step.label(i), search.name,
+                                            None if res is None else res.f,
+                                            None if res is None else res.noise,
+                                            search.counted, search.stopped, i == j))
             if j is None:
-                steps.append({"step": step.index, "link": step.link, "adds": None, "trials": trials,
-                              "f": None})
+                steps.append(AblationStep(step.index, step.link, tuple(trials)))
                 continue
             search = step.trials[j]
             view = self.trial_view(search)
             best = view.links[search.link]
-            entry: dict[str, Any] = {
-                "step": step.index, "adds": step.adds[j], "label": step.label(j), "link": step.link,
-                "free": list(search.space.free), "fixed": dict(search.space.fixed),
-                "search": search.name, "f": best.f, "noise": best.noise,
-                "floor": best.floor, "params": dict(best.params or {}), "emulator": best.emulator,
-                "candidate": best.candidate, "evaluations": search.counted,
-                "warm_started": search.carried > 0, "stopped": search.stopped, "trials": trials,
-                "calibration": view.to_json(), "change": None, "change_noise": None, "rise": None}
-            previous = next((s for s in reversed(steps) if s.get("f") is not None), None)
+            entry = AblationStep(
+                step.index, step.link, tuple(trials), view, adds=step.adds[j], label=step.label(j),
+                free=tuple(search.space.free), fixed=dict(search.space.fixed), search=search.name,
+                f=best.f, noise=best.noise, floor=best.floor, params=dict(best.params or {}),
+                emulator=best.emulator, candidate=best.candidate, evaluations=search.counted,
+                warm_started=search.carried > 0, stopped=search.stopped)
+            previous = next((s for s in reversed(steps) if s.f is not None), None)
             if previous is not None:
-                entry.update(change(previous, entry, nested=step.link == previous["link"]))
+                entry = replace(entry, **change({"f": previous.f, "noise": previous.noise},
+                                                {"f": entry.f, "noise": entry.noise},
+                                                nested=step.link == previous.link))
             steps.append(entry)
-        scored = [s for s in steps if s.get("f") is not None]
-        best_step = min(scored, key=lambda s: s["f"])["step"] if scored else None
-        return {**common_result(self, RESULT_FORMAT).to_json(), "order": self.settings.get("order", GREEDY),
-                "defaults": dict(DEFAULTS), "defaults_text": self.settings.get("defaults_text"),
-                "links": list(self.config.links), "steps": steps, "best_step": best_step}
+        order = self.settings.get("order", GREEDY)
+        return AblationResult(common_result(self, RESULT_FORMAT),
+                              order if isinstance(order, str) else tuple(order), dict(DEFAULTS),
+                              self.settings.get("defaults_text"), tuple(self.config.links),
+                              tuple(steps))
+
+    def result(self) -> dict[str, Any]:
+        return self.outcome().to_json()
 
 
 def change(before: Mapping[str, Any], after: Mapping[str, Any], *, nested: bool) -> dict[str, Any]:
@@ -315,21 +318,22 @@ def change(before: Mapping[str, Any], after: Mapping[str, Any], *, nested: bool)
     return {"change": delta, "change_noise": combined, "rise": rise}
 
 
-def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One flat row per step (the CSV's and the table's)."""
+def rows(result: AblationResult | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One flat row per step (the CSV's and the table's), of the result or its JSON."""
+    if not isinstance(result, AblationResult):
+        result = AblationResult.from_json(result)
     out = []
-    for s in result["steps"]:
-        p = s.get("params") or {}
+    for s in result.steps:
+        p = dict(s.params or {})
         queue = p.get("queue")
-        out.append({"step": s["step"], "adds": s.get("adds"), "label": s.get("label"),
-                    "link": s["link"], "f": s.get("f"), "noise": s.get("noise"),
-                    "change": s.get("change"), "change_noise": s.get("change_noise"),
-                    "rise_beyond_noise": s.get("rise"),
+        out.append({"step": s.step, "adds": s.adds, "label": s.label,
+                    "link": s.link, "f": s.f, "noise": s.noise,
+                    "change": s.change, "change_noise": s.change_noise,
+                    "rise_beyond_noise": s.rise,
                     **by_key({**p, "queue": None if queue is None or queue >= UNLIMITED_QUEUE else queue}),
-                    "emulator": s.get("emulator"),
-                    "evaluations": sum(t["evaluations"] for t in s["trials"]),
-                    "trials": " ".join(f"{t['adds']}={t['f']:.1f}" for t in s["trials"]
-                                       if t.get("f") is not None)})
+                    "emulator": s.emulator,
+                    "evaluations": s.all_evaluations,
+                    "trials": " ".join(f"{t.adds}={t.f:.1f}" for t in s.trials if t.f is not None)})
     return out
 
 

@@ -1,10 +1,12 @@
-"""The studies' results (result.json, and the export's loo.json), typed: what every study's
-result starts with (`StudyHead`) and leave-one-out's folds (`LooResult`).
+"""The studies' results (result.json, and the export's loo.json and ablation.json), typed: what
+every study's result starts with (`StudyHead`), leave-one-out's folds (`LooResult`) and an
+ablation's steps (`AblationResult`).
 
 `to_json` is the JSON the study writes, key for key and in the same order as the dicts it wrote
 before these types, and `from_json` reads it back.  The study builds it
-(`calibrate.runs.loo.LeaveOneOut.outcome`); the CLI's table reads it (`calibrate.cli.studies`).
-An ablation's result is still a dict (`calibrate.runs.ablation.Ablation.result`).
+(`calibrate.runs.loo.LeaveOneOut.outcome`, `calibrate.runs.ablation.Ablation.outcome`); the
+CLI's tables (`calibrate.cli.studies`) and the ablation's export (`calibrate.study_export`)
+read it.
 """
 
 from __future__ import annotations
@@ -194,3 +196,125 @@ class LooResult:
                    tuple(FoldResult.from_json(f) for f in data["folds"]),
                    Summary.from_json(data["held_out"]), Summary.from_json(data["in_sample"]),
                    Sharing.from_json(data["sharing"]))
+
+
+@dataclass(frozen=True)
+class AblationTrial:
+    """One search of an ablation step: its model with one parameter (or link kind) added."""
+
+    adds: str  # the parameter it frees ("rate" at step 0), or the link kind
+    label: str
+    search: str
+    f: float | None  # None: no evaluation yet
+    noise: float | None
+    evaluations: int
+    stopped: str | None
+    chosen: bool  # the step's model: the trial that reached the lowest f
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adds": self.adds, "label": self.label, "search": self.search, "f": self.f,
+                "noise": self.noise, "evaluations": self.evaluations, "stopped": self.stopped,
+                "chosen": self.chosen}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AblationTrial:
+        return cls(data["adds"], data["label"], data["search"], data.get("f"), data.get("noise"),
+                   data["evaluations"], data.get("stopped"), data["chosen"])
+
+
+@dataclass(frozen=True)
+class AblationStep:
+    """One step of an ablation: its trials and, once one has evaluations, the chosen trial's
+    model (its calibration, best point and the change of f from the step before)."""
+
+    step: int
+    link: str
+    trials: tuple[AblationTrial, ...]
+    calibration: CalibrationResult | None = None  # None: no evaluation yet (nor the fields below)
+    adds: str | None = None
+    label: str | None = None
+    free: tuple[str, ...] = ()
+    fixed: Mapping[str, float] | None = None
+    search: str | None = None
+    f: float | None = None
+    noise: float | None = None
+    floor: float | None = None
+    params: Mapping[str, float] | None = None
+    emulator: str | None = None
+    candidate: int | None = None
+    evaluations: int = 0  # the chosen trial's
+    warm_started: bool = False
+    stopped: str | None = None
+    change: float | None = None  # f minus the previous evaluated step's f
+    change_noise: float | None = None  # the two steps' noises combined
+    rise: bool | None = None  # nested steps: a rise beyond that noise
+
+    @property
+    def all_evaluations(self) -> int:
+        """Every trial's evaluations."""
+        return sum(t.evaluations for t in self.trials)
+
+    def to_json(self) -> dict[str, Any]:
+        trials = [t.to_json() for t in self.trials]
+        if self.calibration is None:
+            return {"step": self.step, "link": self.link, "adds": None, "trials": trials, "f": None}
+        return {"step": self.step, "adds": self.adds, "label": self.label, "link": self.link,
+                "free": list(self.free), "fixed": dict(self.fixed or {}), "search": self.search,
+                "f": self.f, "noise": self.noise, "floor": self.floor,
+                "params": dict(self.params or {}), "emulator": self.emulator,
+                "candidate": self.candidate, "evaluations": self.evaluations,
+                "warm_started": self.warm_started, "stopped": self.stopped, "trials": trials,
+                "calibration": self.calibration.to_json(), "change": self.change,
+                "change_noise": self.change_noise, "rise": self.rise}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AblationStep:
+        trials = tuple(AblationTrial.from_json(t) for t in data["trials"])
+        if data.get("calibration") is None:
+            return cls(data["step"], data["link"], trials)
+        return cls(data["step"], data["link"], trials,
+                   CalibrationResult.from_json(data["calibration"], f"step {data['step']}"),
+                   adds=data["adds"], label=data["label"], free=tuple(data["free"]),
+                   fixed=dict(data["fixed"]), search=data["search"], f=data["f"],
+                   noise=data.get("noise"), floor=data.get("floor"), params=dict(data["params"]),
+                   emulator=data["emulator"], candidate=data["candidate"],
+                   evaluations=data["evaluations"], warm_started=data["warm_started"],
+                   stopped=data.get("stopped"), change=data.get("change"),
+                   change_noise=data.get("change_noise"), rise=data.get("rise"))
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    """An ablation study's result: its order and the emulator's defaults step 0 keeps, and
+    every step (`calibrate.runs.ablation`)."""
+
+    head: StudyHead
+    order: str | tuple[str, ...]  # "greedy", or the parameters in the order they are added
+    defaults: Mapping[str, float]
+    defaults_text: str | None
+    links: tuple[str, ...]
+    steps: tuple[AblationStep, ...]
+
+    @property
+    def order_text(self) -> str:
+        return self.order if isinstance(self.order, str) else ",".join(self.order)
+
+    @property
+    def best_step(self) -> int | None:
+        """The step whose model reached the lowest f (None: none has evaluations)."""
+        scored = [s for s in self.steps if s.f is not None]
+        return min(scored, key=lambda s: s.f or 0.0).step if scored else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.head.to_json(),
+                "order": self.order if isinstance(self.order, str) else list(self.order),
+                "defaults": dict(self.defaults), "defaults_text": self.defaults_text,
+                "links": list(self.links), "steps": [s.to_json() for s in self.steps],
+                "best_step": self.best_step}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AblationResult:
+        order = data["order"]
+        return cls(StudyHead.from_json(data), order if isinstance(order, str) else tuple(order),
+                   dict(data["defaults"]), data.get("defaults_text"), tuple(data["links"]),
+                   tuple(AblationStep.from_json(s) for s in data["steps"]))
