@@ -119,7 +119,7 @@ def test_submitted_calibration_runs_to_its_export_and_the_catalogue(server, fini
     assert finished["options"]["schemes"] == ["vegas", "saturator"] and finished["eta_s"] is None
     best = finished["best"]
     assert best["link"] == "constant" and best["text"].startswith("mm-delay ")
-    assert set(best["emulator"]) == {"rate_mbps", "delay_ms", "queue_packets", "loss"}
+    assert set(best["emulator"]) == {"rate_mbps", "delay_ms", "queue_packets", "uplink_loss"}
     assert [row["scheme"] for row in finished["schemes"]] == ["vegas", "saturator"]
     # the export, whole and file by file
     response = server.get(f"/v1/calibrations/{job_id}/export")
@@ -202,6 +202,10 @@ def test_events_list_every_journal_evaluation(server, finished):
     assert [(ident, data["n"], data["link"]) for ident, data in evaluations] == [
         ("1", 1, "constant"), ("2", 2, "constant")]
     assert all(data["emulator"] == r.emulator and data["values"] == dict(r.params)
+               for (_, data), r in zip(evaluations, records, strict=True))
+    # the parameters as emulator.json keys them, the one spelling the page reads
+    assert all(data["parameters"] == {"rate_mbps": r.params["rate"], "delay_ms": r.params["delay"],
+                                      "queue_packets": r.params["queue"], "uplink_loss": r.params["loss"]}
                for (_, data), r in zip(evaluations, records, strict=True))
     assert [name for name, _, _ in events][-2:] == ["state", "end"] and events[-1][2]["state"] == "done"
     # a client that reconnects after the first event gets the rest only

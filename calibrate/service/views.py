@@ -23,6 +23,7 @@ from calibrate import installed_version
 from calibrate.errors import InputError
 from calibrate.export import EXPORT_DIR, REPORT, read_report
 from calibrate.jsonfile import read_json
+from calibrate.parameters import PARAMETER_TABLE, by_key
 from calibrate.runs.journal import JOURNAL, RESULT, RUN_FILE, Evaluation, RunDir
 from calibrate.runs.progress import eta_s
 from calibrate.runs.result import CalibrationResult
@@ -143,11 +144,6 @@ def _elapsed(job: Job) -> float | None:
     return round((end - started).total_seconds(), 1)
 
 
-def _emulator(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {"rate_mbps": params.get("rate"), "delay_ms": params.get("delay"),
-            "queue_packets": params.get("queue"), "loss": params.get("loss")}
-
-
 def summary(job: Job, runs: Runs) -> dict[str, Any]:
     """GET /v1/calibrations/{id} (and /v1/scores/{id}, whose `result` is score.json)."""
     out: dict[str, Any] = {
@@ -175,11 +171,11 @@ def summary(job: Job, runs: Runs) -> dict[str, Any]:
     winner = None if result is None else result.best
     if job.state == DONE and result is not None and winner is not None:
         best = {"link": result.winner, "f": winner.f, "noise": winner.noise,
-                "emulator": _emulator(winner.params or {}), "text": winner.emulator}
+                "emulator": by_key(winner.params or {}), "text": winner.emulator}
     elif records:
         record = min(records, key=lambda r: r.f)
         best = {"link": record.link, "f": record.f, "noise": record.noise,
-                "emulator": _emulator(record.params), "text": record.emulator}
+                "emulator": by_key(record.params), "text": record.emulator}
     eta = None
     if job.state == RUNNING and records:
         left = sum(max(budget - p["done"], 0) for p in progress.values() if not p.get("stopped"))
@@ -209,14 +205,15 @@ def study_summary(job: Job, runs: Runs) -> dict[str, Any]:
 
 def event_records(records: Sequence[Evaluation]) -> list[dict[str, Any]]:
     """The journal's records as events carry them: the record (less its per-run metrics), with
-    `n`, its number among its link kind's evaluations, and `values`, its parameters."""
+    `n`, its number among its link kind's evaluations, `values`, its parameters, and
+    `parameters`, the same keyed as emulator.json (`calibrate.parameters.by_key`)."""
     counts: dict[str, int] = {}
     out = []
     for record in records:
         counts[record.link] = counts.get(record.link, 0) + 1
         data = record.to_json()
         data.pop("runs", None)
-        data.update(n=counts[record.link], values=dict(record.params))
+        data.update(n=counts[record.link], values=dict(record.params), parameters=by_key(record.params))
         out.append(data)
     return out
 
@@ -237,8 +234,7 @@ def catalogue_entry(job: Job, runs: Runs) -> dict[str, Any] | None:
         "id": job.id, "target": job.target,
         "description": prov.path_description or run.target.name or job.target,
         "link": report["winner"],
-        "parameters": {"rate_mbps": winner["rate_mbps"], "delay_ms": winner["delay_ms"],
-                       "queue_packets": winner["queue_packets"], "loss": winner["uplink_loss"]},
+        "parameters": {p.key: winner[p.key] for p in PARAMETER_TABLE.values()},
         "f": winner["f"], "noise": winner.get("noise"), "date": job.finished,
         "measured": prov.date,
         "provenance": {"calibrate_version": (report.get("provenance") or {}).get("calibrate_version")

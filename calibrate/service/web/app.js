@@ -62,16 +62,10 @@
     },
   };
 
-  /** An emulator's parameters, whichever spelling the server used (summary, journal, catalogue). */
+  /** An emulator's parameters as the server spells them (emulator.json's keys: summary, events, catalogue). */
   function params(p) {
     if (!p || typeof p !== "object") return null;
-    const pick = (...keys) => keys.map((k) => p[k]).find(isNum);
-    return {
-      rate: pick("rate_mbps", "rate"),
-      delay: pick("delay_ms", "delay"),
-      queue: pick("queue_packets", "queue"),
-      loss: pick("uplink_loss", "loss"),
-    };
+    return { rate: p.rate_mbps, delay: p.delay_ms, queue: p.queue_packets, loss: p.uplink_loss };
   }
 
   /** The error text of a failed request: FastAPI's detail is a sentence or a validation list. */
@@ -430,7 +424,7 @@
     if (!live.job || !isNum(record.f)) return;
     const best = live.job.best;
     if (!best || !isNum(best.f) || record.f < best.f) {
-      live.job.best = { link: record.link, f: record.f, emulator: record.params, text: record.emulator };
+      live.job.best = { link: record.link, f: record.f, emulator: record.parameters, text: record.emulator };
       showBest(live.job.best);
     }
   }
