@@ -54,8 +54,8 @@ from typing import Any
 from calibrate import scratch
 from calibrate.emulator import EmulatorConfig
 from calibrate.engine import Backend
-from calibrate.metrics import TOTAL
-from calibrate.objective import Failure, Stats
+from calibrate.metrics import TOTAL, Stats
+from calibrate.objective import Failure
 from calibrate.schemes import Scheme
 from calibrate.scripted import run_scheme
 from calibrate.targets.model import Workload
@@ -116,13 +116,13 @@ class RunTask:
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """What one task measured: per flow key ("all", "1", ...) (throughput Mbit/s, p95 delay ms,
-    loss fraction), or the reason it produced nothing usable."""
+    """What one task measured: per flow key ("all", "1", ...) its statistics, or the reason it
+    produced nothing usable."""
 
     candidate: int
     label: str
     replicate: int
-    flows: Mapping[str, tuple[float, float, float]] | None  # None when the run failed
+    flows: Mapping[str, Stats] | None  # None when the run failed
     reason: str | None  # why the replicate does not count (None: valid)
     attempts: int  # runs made (1, or 2 after an invalid first run)
     loss_seeds: tuple[int, ...]  # one per attempt
@@ -140,11 +140,11 @@ class RunMetrics:
         assert self.flows is not None
         if flow not in self.flows:
             return Failure(f"flow {flow} sent nothing in this run")
-        return Stats(*self.flows[flow])
+        return self.flows[flow]
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "replicate": self.replicate,
-                "flows": None if self.flows is None else {k: list(v) for k, v in self.flows.items()},
+                "flows": None if self.flows is None else {k: v.to_json() for k, v in self.flows.items()},
                 "reason": self.reason, "attempts": self.attempts, "loss_seeds": list(self.loss_seeds),
                 "seconds": round(self.seconds, 3), "host": self.host}
 
@@ -152,25 +152,28 @@ class RunMetrics:
     def from_json(cls, candidate: int, data: Mapping[str, Any]) -> RunMetrics:
         flows = data.get("flows")
         return cls(candidate, str(data["label"]), int(data["replicate"]),
-                   # the journal holds (tput, delay, loss) triples; their length is not re-checked here
-                   None if flows is None else {k: tuple(float(x) for x in v)  # type: ignore[misc]
-                                               for k, v in flows.items()},
+                   None if flows is None else {k: _stats(v) for k, v in flows.items()},
                    data.get("reason"), int(data.get("attempts", 1)),
                    tuple(int(s) for s in data.get("loss_seeds", ())), float(data.get("seconds", 0.0)),
                    str(data.get("host", "")))
 
 
-def _flows(outcome: Any) -> dict[str, tuple[float, float, float]] | None:
-    """Plain numbers per flow key; a flow with no delay or loss measured is left out (it cannot
+def _stats(value: Any) -> Stats:
+    """A flow's statistics as the journal holds them: {"tput", "delay", "loss"}; journals written
+    before that spelling hold [tput, delay, loss] lists."""
+    if isinstance(value, Mapping):
+        return Stats.from_json(value)
+    tput, delay, loss = (float(x) for x in value)
+    return Stats(tput, delay, loss)
+
+
+def _flows(outcome: Any) -> dict[str, Stats] | None:
+    """Statistics per flow key; a flow with no delay or loss measured is left out (it cannot
     be scored, and the objective then reports it as missing)."""
     if outcome.stats is None:
         return None
-    out = {}
-    for key, m in outcome.stats.metrics().items():
-        if m.delay_ms is None or m.loss is None:
-            continue
-        out[key] = (float(m.tput_mbps), float(m.delay_ms), float(m.loss))
-    return out
+    return {key: m for key, m in outcome.stats.metrics().items()
+            if m.delay is not None and m.loss is not None}
 
 
 def lost(task: RunTask) -> RunMetrics:

@@ -55,7 +55,7 @@ from typing import Literal
 
 import numpy as np
 
-from calibrate.objective import Stats
+from calibrate.metrics import Stats
 from calibrate.physics import DEFAULT_RUNTIME_S, MTU_BITS, packet_time_ms
 
 LinkKind = Literal["constant", "poisson"]
@@ -163,6 +163,7 @@ def model_replicates(x: Mapping[str, float], seed: int, stream: int, index: int,
     for r in range(replicates):
         rng = np.random.default_rng([seed, stream, index, r])
         for scheme, s in clean.items():
+            assert s.delay is not None and s.loss is not None  # the model gives every metric
             g = np.maximum(1 + NOISE_SD * rng.standard_normal(3), 0.1)
             throughput = min(s.throughput * run_capacity / c * g[0], run_capacity)
             sent = max(int(round(throughput * packets_per_mbps)), 1)

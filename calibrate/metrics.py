@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,20 +47,53 @@ MAX_LOG_BYTES = 2 * 1024**3
 # Values
 
 
-@dataclass(frozen=True)
-class FlowMetrics:
-    """The three numbers every Pantheon source gives per run and flow."""
+Role = Literal["measurement", "emulated", "reference"]
 
-    tput_mbps: float
-    delay_ms: float | None  # p95 one-way delay of delivered packets; None if none was delivered
-    loss: float | None  # byte-weighted fraction; None if nothing entered the path
+
+@dataclass(frozen=True)
+class Stats:
+    """One measurement, the three numbers every Pantheon source gives per run and flow: a run's,
+    a flow's, or an aggregate over runs.  Its JSON spelling is Pantheon's (pantheon_perf.json's)
+    and the only one: a target's runs, run.json, the run journal, result.json and emulator.json."""
+
+    throughput: float  # Mbit/s
+    delay: float | None  # p95 one-way delay of delivered packets, ms; None if none was delivered
+    loss: float | None  # byte-weighted fraction, not percent; None if nothing entered the path
 
     def to_json(self) -> dict[str, float | None]:
-        return {"tput": self.tput_mbps, "delay": self.delay_ms, "loss": self.loss}
+        return {"tput": self.throughput, "delay": self.delay, "loss": self.loss}
 
-    def problem(self) -> str | None:
-        """Why these cannot be measured values (`impossible`), or None."""
-        return impossible(self.tput_mbps, self.delay_ms, self.loss)
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stats:
+        """The inverse of `to_json`; a value's own bounds are `problem`'s to judge."""
+        return cls(float(data["tput"]), _opt_float(data.get("delay")), _opt_float(data.get("loss")))
+
+    def problem(self, role: Role = "measurement") -> str | None:
+        """Why these numbers cannot play `role`, or None when they can.
+
+        - "measurement": numbers no measurement can have (`impossible`, the one physical rule);
+          a flow that delivered nothing has no delay, one that sent nothing no loss.
+        - "emulated" (an emulated run, to be scored): besides, every metric measured and some
+          throughput.  A p95 of 0 ms (an emulator without delay, at whole-ms resolution) counts.
+        - "reference" (the target's side of f): besides, a delay above 0, which f divides by.
+        """
+        try:
+            values = tuple(None if v is None else float(v)
+                           for v in (self.throughput, self.delay, self.loss))
+        except (TypeError, ValueError):
+            return f"non-numeric statistics {(self.throughput, self.delay, self.loss)}"
+        physical = impossible(*values)
+        if physical or role == "measurement":
+            return physical
+        tput, delay, loss = values
+        if delay is None or loss is None:
+            return f"not every metric was measured {values}"
+        assert tput is not None
+        if tput <= 0:
+            return f"no throughput ({tput} Mbit/s)"
+        if role == "reference" and delay <= 0:
+            return f"no delay measured ({delay} ms): the delay error divides by it"
+        return None
 
 
 def impossible(tput: float | None, delay: float | None, loss: float | None) -> str | None:
@@ -89,8 +122,8 @@ class FlowStats:
     window_ms: float  # first to last departure; throughput's denominator
 
     @property
-    def metrics(self) -> FlowMetrics:
-        return FlowMetrics(self.tput_mbps, self.delay_ms, self.loss)
+    def metrics(self) -> Stats:
+        return Stats(self.tput_mbps, self.delay_ms, self.loss)
 
 
 @dataclass(frozen=True)
@@ -113,7 +146,7 @@ class RunStats:
             return None
         return self.total.tput_mbps / self.capacity_mbps
 
-    def metrics(self) -> dict[str, FlowMetrics]:
+    def metrics(self) -> dict[str, Stats]:
         """Keyed like pantheon_perf.json: "all" plus one string key per flow id other than 0."""
         out = {TOTAL: self.total.metrics}
         out.update({str(flow): stats.metrics for flow, stats in sorted(self.flows.items()) if flow})
@@ -417,7 +450,7 @@ class StatsLog:
 
     start_at: dt.datetime | None
     end_at: dt.datetime | None
-    flows: Mapping[str, FlowMetrics] | None  # None: no statistics block (run discarded)
+    flows: Mapping[str, Stats] | None  # None: no statistics block (run discarded)
     capacity_mbps: float | None
     discarded_reason: str | None
 
@@ -500,7 +533,7 @@ def parse_stats_log(path: Path | str, text: str | None = None) -> StatsLog:
             raise InputError(f"{source}: flow {key!r} in the statistics block lacks "
                              f"{', '.join(missing)}; the file is truncated or edited")
         tput = vals["tput"]
-        flows[key] = FlowMetrics(tput if tput is not None else float("nan"), vals["delay"],
+        flows[key] = Stats(tput if tput is not None else float("nan"), vals["delay"],
                                  vals["loss"])
     return StatsLog(start, end, flows, capacity, reason)
 
@@ -514,7 +547,7 @@ def _stats_value(text: str, source: str, number: int) -> float | None:
 # pantheon_perf.json
 
 
-def perf_json(runs: Mapping[str, Mapping[int, RunStats | Mapping[str, FlowMetrics] | None]]
+def perf_json(runs: Mapping[str, Mapping[int, RunStats | Mapping[str, Stats] | None]]
               ) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
     """`{cc: {run: {"all"|flow: {tput, delay, loss}}}}` with string keys (plot.py's `pantheon_perf.json`).
     Pass only valid runs, or None for a discarded one (left out, as Pantheon does)."""
@@ -530,25 +563,25 @@ def perf_json(runs: Mapping[str, Mapping[int, RunStats | Mapping[str, FlowMetric
 
 
 def write_perf_json(path: Path | str,
-                    runs: Mapping[str, Mapping[int, RunStats | Mapping[str, FlowMetrics] | None]]
+                    runs: Mapping[str, Mapping[int, RunStats | Mapping[str, Stats] | None]]
                     ) -> None:
     Path(path).write_text(json.dumps(perf_json(runs), sort_keys=True, indent=4) + "\n")
 
 
-def read_perf_json(path: Path | str) -> dict[str, dict[int, dict[str, FlowMetrics]]]:
+def read_perf_json(path: Path | str) -> dict[str, dict[int, dict[str, Stats]]]:
     """Read pantheon_perf.json; a value of the wrong shape raises InputError naming where."""
     data = read_json(path, what="pantheon_perf.json")
     return perf_from_json(data, source=str(path))
 
 
-def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, FlowMetrics]]]:
+def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, Stats]]]:
     def fail(where: str, what: str) -> InputError:
         return InputError(f"{source}: {where}: {what}; expected "
                           '{"<scheme>": {"<run>": {"all": {"tput": .., "delay": .., "loss": ..}}}}')
 
     if not isinstance(data, dict):
         raise fail("top level", f"is a {type(data).__name__}, not an object")
-    out: dict[str, dict[int, dict[str, FlowMetrics]]] = {}
+    out: dict[str, dict[int, dict[str, Stats]]] = {}
     for cc, by_run in data.items():
         if not isinstance(by_run, dict):
             raise fail(f"[{cc!r}]", "is not an object of runs")
@@ -575,6 +608,6 @@ def perf_from_json(data: object, source: str) -> dict[str, dict[int, dict[str, F
                     nums[key] = None if value is None else float(value)
                 tput = nums["tput"]
                 assert tput is not None  # a missing 'tput' raised above
-                entry[str(flow)] = FlowMetrics(tput, nums["delay"], nums["loss"])
+                entry[str(flow)] = Stats(tput, nums["delay"], nums["loss"])
             out[cc][run_id] = entry
     return out

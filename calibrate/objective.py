@@ -42,12 +42,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from calibrate.errors import InputError
-from calibrate.metrics import impossible
+from calibrate.metrics import Stats
 
 #: Error assigned to each term of a key with no valid replicate (a fraction: 2 = 200 %).
 DEFAULT_PENALTY = 2.0
@@ -57,44 +57,6 @@ LOSS_ERROR_FLOOR = 1e-3
 
 Aggregate = Literal["mean", "median"]
 Key = Hashable  # a scheme name, or (scheme, flow_id)
-
-
-@dataclass(frozen=True)
-class Stats:
-    """One scheme's (or flow's) numbers: a run's, or an aggregate over runs."""
-
-    throughput: float  # Mbit/s
-    delay: float  # 95th-percentile one-way delay, ms
-    loss: float  # fraction, not percent
-
-    def to_json(self) -> dict[str, float]:
-        """The one JSON spelling of a measurement, Pantheon's (pantheon_perf.json's): run.json,
-        result.json, emulator.json and a target's runs (`calibrate.metrics.FlowMetrics`)."""
-        return {"tput": self.throughput, "delay": self.delay, "loss": self.loss}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Stats:
-        return cls(float(data["tput"]), float(data["delay"]), float(data["loss"]))
-
-    def problem(self, *, reference: bool) -> str | None:
-        """Why these numbers cannot be scored, or None when they can: numbers no measurement can
-        have (`calibrate.metrics.impossible`, the one physical rule); and, for the reference
-        (the target's side), a throughput or delay of 0, which f divides by.  An emulated run's
-        p95 delay of 0 ms (an emulator without delay, at whole-ms resolution) is a measurement."""
-        try:
-            values = tuple(float(v) for v in (self.throughput, self.delay, self.loss))
-        except (TypeError, ValueError):
-            return f"non-numeric statistics {(self.throughput, self.delay, self.loss)}"
-        if not all(map(math.isfinite, values)):
-            return f"non-finite statistics {values}"
-        physical = impossible(*values)
-        if physical:
-            return physical
-        if self.throughput <= 0:
-            return f"no throughput ({self.throughput} Mbit/s)"
-        if reference and self.delay <= 0:
-            return f"no delay measured ({self.delay} ms): the delay error divides by it"
-        return None
 
 
 @dataclass(frozen=True)
@@ -197,7 +159,7 @@ def replication_error(
     target: dict[Key, Stats] = {}
     for key, value in real.items():
         s = _as_stats(value, f"target {key}")
-        problem = s.problem(reference=True) if isinstance(s, Stats) else s.reason
+        problem = s.problem("reference") if isinstance(s, Stats) else s.reason
         if problem:
             raise InputError(f"the target's statistics for {key} cannot be scored ({problem}); "
                              f"drop that scheme from the target")
@@ -230,10 +192,10 @@ def replication_error(
         raw = emulated[key]
         given = [raw] if isinstance(raw, (Stats, Failure)) or _looks_like_triple(raw) else list(raw)
         reps = [_as_stats(r, f"emulated {key}") for r in given]
-        failures = tuple(r.reason if isinstance(r, Failure) else f"invalid run: {r.problem(reference=False)}"
-                         for r in reps if isinstance(r, Failure) or r.problem(reference=False))
+        failures = tuple(r.reason if isinstance(r, Failure) else f"invalid run: {r.problem('emulated')}"
+                         for r in reps if isinstance(r, Failure) or r.problem("emulated"))
         valid = np.array([[r.throughput, r.delay, r.loss] for r in reps
-                          if isinstance(r, Stats) and not r.problem(reference=False)]).reshape(-1, 3)
+                          if isinstance(r, Stats) and not r.problem("emulated")]).reshape(-1, 3)
         if len(valid) == 0:
             rows.append(SchemeError(key, ref, None, 0, penalty, penalty, penalty,
                                     failures or ("no replicate",)))

@@ -22,7 +22,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import LINK_TICK_MS, PathEvidence
-from calibrate.objective import Stats
+from calibrate.metrics import Stats
 from calibrate.parameters import PARAMETER_TABLE, PARAMETERS
 from calibrate.scheme_registry import having
 from calibrate.space import LOSS_KNEE, SearchSpace
@@ -138,7 +138,7 @@ def _check_stats(stats: Mapping[str, SchemeStats | SchemeMeasurement]) -> dict[s
                 raise InputError(f"statistics of {scheme} must be (throughput Mbit/s, p95 delay "
                                  f"ms, loss fraction), got {s!r}") from None
             m = SchemeMeasurement(tput, delay, loss)
-        why = Stats(m.throughput, m.delay, m.loss).problem(reference=True)  # the one rule
+        why = Stats(m.throughput, m.delay, m.loss).problem("reference")  # the one rule
         if why:
             raise InputError(f"statistics of {scheme} are not usable: {why}")
         sds = (m.throughput_sd, m.delay_sd, m.loss_sd)

@@ -59,9 +59,9 @@ def sigma_ellipse(scheme: SchemeResult, flow: str = TOTAL, points: int = 100
     """Vertices (delay, tput) of the 1-σ ellipse, or None when there is no spread to draw."""
     theta = np.linspace(0, 2 * np.pi, points)
     circle = np.stack([np.cos(theta), np.sin(theta)])
-    runs = [r.flows[flow] for r in scheme.runs if flow in r.flows and r.flows[flow].delay_ms is not None]
+    runs = [r.flows[flow] for r in scheme.runs if flow in r.flows and r.flows[flow].delay is not None]
     if len(runs) >= 2:
-        data = np.array([[m.delay_ms, m.tput_mbps] for m in runs], dtype=float)
+        data = np.array([[m.delay, m.throughput] for m in runs], dtype=float)
         cov = np.cov(data.T, ddof=scheme.summary[flow].tput_mbps.ddof)
         values, vectors = np.linalg.eigh(cov)
         shape = vectors @ np.diag(np.sqrt(np.clip(values, 0, None))) @ circle
@@ -169,8 +169,8 @@ def target_figure(target: Target, *, flow: str = TOTAL) -> Any:
         if summary.delay_ms.mean is None or summary.tput_mbps.mean is None:
             continue
         color, marker = scheme_style(scheme.scheme, index)
-        runs = [(m.delay_ms, m.tput_mbps) for m in (r.flows[flow] for r in scheme.runs if flow in r.flows)
-                if m.delay_ms is not None]
+        runs = [(m.delay, m.throughput) for m in (r.flows[flow] for r in scheme.runs if flow in r.flows)
+                if m.delay is not None]
         if runs:
             ax.scatter([d for d, _ in runs], [t for _, t in runs], s=10, color=color,
                        alpha=0.45, linewidths=0)

@@ -95,7 +95,8 @@ from rich.console import Console
 from rich.table import Table
 
 from calibrate.fluid import NOISE_SD, bdp_packets, model_replicates
-from calibrate.objective import Key, Stats, replication_error
+from calibrate.metrics import Stats
+from calibrate.objective import Key, replication_error
 from calibrate.optimizers import OPTIMIZERS, make_optimizer
 from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.calibration import Calibration

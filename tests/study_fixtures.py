@@ -61,7 +61,7 @@ class FluidEvaluator:
         ref = len(self.submitted)
         self.submitted.append(task)
         self.done[ref] = RunMetrics(task.candidate, task.label, task.replicate,
-                                    {"all": (s.throughput, s.delay, s.loss)}, None, 1,
+                                    {"all": s}, None, 1,
                                     (e.for_run(task.replicate).loss_seed,), 0.0)
         return ref
 

@@ -20,6 +20,7 @@ pytest.importorskip("botorch")
 from calibrate import refinement
 from calibrate.evaluation import RunMetrics, RunTask
 from calibrate.export import export
+from calibrate.metrics import Stats
 from calibrate.ranges import MEANING, Ranges
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
@@ -53,7 +54,7 @@ class AnalyticEvaluator:
                               + 0.3 * abs(math.log(e.queue.packets / h["queue"]))) * noise[1]
         ref = len(self.done)
         self.done[ref] = RunMetrics(task.candidate, task.label, task.replicate,
-                                    {"all": (tput, delay, real.loss)}, None, 1, (task.replicate,), 0.0)
+                                    {"all": Stats(tput, delay, real.loss)}, None, 1, (task.replicate,), 0.0)
         return ref
 
     def wait(self, refs: list[int], timeout: float | None) -> list[tuple[int, RunMetrics]]:

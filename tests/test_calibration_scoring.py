@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from calibrate.evaluation import RunMetrics
+from calibrate.metrics import Stats
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
 from calibrate.targets.load import load_target
@@ -38,7 +39,7 @@ def test_two_flow_target_is_scored_per_flow(tmp_path):
         flows = {}
         for flow in ("1", "2"):
             r = _real(problem, task.label, flow)
-            flows[flow] = (r.throughput * (1.1 if flow == "2" else 1.0), r.delay, r.loss)
+            flows[flow] = Stats(r.throughput * (1.1 if flow == "2" else 1.0), r.delay, r.loss)
         runs.append(_metrics(0, task.label, task.replicate, flows))
     error = calibration.score(runs)
     # per key (|Δtput|/tput + |Δdelay|/delay)/2: 0 for flow 1, 5 % for flow 2; mean of 4 keys
@@ -63,7 +64,7 @@ def test_labels_of_one_scheme_share_its_runs_and_failures_are_penalized(tmp_path
     assert sorted((t.label, t.replicate) for t in tasks) == [
         (shared, 1), (shared, 2), ("vegas", 1), ("vegas", 2)]
 
-    runs = [_metrics(0, shared, r, {"all": (5.0, 50.0, 0.01)}) for r in (1, 2)]
+    runs = [_metrics(0, shared, r, {"all": Stats(5.0, 50.0, 0.01)}) for r in (1, 2)]
     runs += [RunMetrics(0, "vegas", r, None, "run 1: the sender quit early", 2, (r, r + 500), 1.0)
              for r in (1, 2)]
     error = calibration.score(runs)

@@ -40,6 +40,7 @@ import pytest
 
 from calibrate.errors import RunBusy
 from calibrate.evaluation import RunMetrics, RunTask
+from calibrate.metrics import Stats
 from calibrate.runs import lock
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
@@ -328,7 +329,7 @@ class Stalling:
         ref = min(refs)
         task, e = self.tasks[ref], self.tasks[ref].emulator
         self.finished += 1
-        flows = {"all": (min(e.rate_mbps or 0.0, 7.5), 60.0 + e.delay_ms + e.queue.packets / 10, 0.003)}
+        flows = {"all": Stats(min(e.rate_mbps or 0.0, 7.5), 60.0 + e.delay_ms + e.queue.packets / 10, 0.003)}
         return [(ref, RunMetrics(task.candidate, task.label, task.replicate, flows, None, 1,
                                  (task.replicate,), 0.0))]
 

@@ -15,7 +15,8 @@ from calibrate import trace
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
 from calibrate.export import export
-from calibrate.objective import Failure, Stats, replication_error
+from calibrate.metrics import Stats
+from calibrate.objective import Failure, replication_error
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig, emulator_of
 from calibrate.runs.evaluate import scheme_table

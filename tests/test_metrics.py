@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from calibrate.errors import InputError
 from calibrate.metrics import (
     STD_DDOF,
-    FlowMetrics,
+    Stats,
     aggregate,
     analyze_datalink_log,
     check_run,
@@ -136,8 +136,8 @@ def test_stats_log_round_trip_and_discarded_run(tmp_path):
     assert parsed.start_at == start
     for key, m in stats.metrics().items():
         got = parsed.flows[key]
-        assert got.tput_mbps == pytest.approx(m.tput_mbps, abs=0.005)
-        assert got.delay_ms == pytest.approx(m.delay_ms, abs=0.0005)
+        assert got.throughput == pytest.approx(m.throughput, abs=0.005)
+        assert got.delay == pytest.approx(m.delay, abs=0.0005)
         assert got.loss == pytest.approx(m.loss, abs=0.00005)
     from calibrate.metrics import Validity
 
@@ -206,4 +206,4 @@ def test_arbitrary_bytes_parse_or_raise_input_error(data):
 
 
 def test_flow_metrics_json_shape():
-    assert FlowMetrics(1.0, 2.0, 0.5).to_json() == {"tput": 1.0, "delay": 2.0, "loss": 0.5}
+    assert Stats(1.0, 2.0, 0.5).to_json() == {"tput": 1.0, "delay": 2.0, "loss": 0.5}

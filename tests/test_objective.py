@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from calibrate.errors import InputError
-from calibrate.objective import Failure, Stats, replication_error
+from calibrate.metrics import Stats
+from calibrate.objective import Failure, replication_error
 
 REAL = {"cubic": Stats(10.0, 50.0, 0.01), "vegas": Stats(2.0, 40.0, 0.0)}
 
@@ -134,7 +135,7 @@ def test_a_delay_of_zero_means_the_same_everywhere() -> None:
     over it may measure a p95 of 0 ms (whole-ms timestamps at a fast link), and that run is
     scored; only the target's own delay cannot be 0, since the delay error divides by it."""
     from calibrate.emulator import EmulatorConfig
-    from calibrate.metrics import FlowMetrics
+    from calibrate.metrics import Stats
     from calibrate.parameters import PARAMETER_TABLE
     from calibrate.physics import bounds_from_target
     from calibrate.space import SearchSpace
@@ -144,16 +145,16 @@ def test_a_delay_of_zero_means_the_same_everywhere() -> None:
     assert PARAMETER_TABLE["delay"].limits[0] == 0
     space = SearchSpace.from_bounds({"rate": (1, 100), "queue": (1, 100), "loss": (0, 0.1)}, {"delay": 0})
     assert space.fixed["delay"] == 0
-    assert FlowMetrics(95.0, 0.0, 0.0).problem() is None  # a measurement a target may hold
+    assert Stats(95.0, 0.0, 0.0).problem() is None  # a measurement a target may hold
 
     emulated = Stats(95.0, 0.0, 0.0)
-    assert emulated.problem(reference=False) is None
+    assert emulated.problem("emulated") is None
     error = replication_error({"cubic": (95.0, 1.0, 0.0)}, {"cubic": [emulated]})
     row = error.schemes[0]
     assert row.replicates == 1 and not row.failures
     assert row.delay == pytest.approx(1.0)  # |0 − 1| / 1
 
-    assert "divides by it" in Stats(95.0, 0.0, 0.0).problem(reference=True)
+    assert "divides by it" in Stats(95.0, 0.0, 0.0).problem("reference")
     with pytest.raises(InputError, match="delay error divides by it"):
         replication_error({"cubic": (95.0, 0.0, 0.0)}, {"cubic": [emulated]})
     with pytest.raises(InputError, match="cubic are not usable: no delay measured"):

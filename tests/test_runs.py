@@ -19,6 +19,7 @@ pytest.importorskip("botorch")
 
 from calibrate.errors import InputError
 from calibrate.export import export, read_report
+from calibrate.metrics import Stats
 from calibrate.runs import problem as runs_problem
 from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import RunConfig
@@ -41,8 +42,8 @@ class LinkEvaluator(AnalyticEvaluator):
         ref = super().submit(task)
         if task.emulator.link == "poisson":
             m = self.done[ref]
-            self.done[ref] = replace(m, flows={k: (t * 0.92, d * 1.05, loss)
-                                               for k, (t, d, loss) in m.flows.items()})
+            self.done[ref] = replace(m, flows={k: Stats(v.throughput * 0.92, v.delay * 1.05, v.loss)
+                                               for k, v in m.flows.items()})
         return ref
 
 

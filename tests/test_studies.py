@@ -20,7 +20,7 @@ pytest.importorskip("botorch")
 
 from calibrate.cli import main  # noqa: E402
 from calibrate.errors import InputError  # noqa: E402
-from calibrate.objective import Stats  # noqa: E402
+from calibrate.metrics import Stats  # noqa: E402
 from calibrate.runs import ablation as ablation_module  # noqa: E402
 from calibrate.runs.ablation import DEFAULTS, Ablation, change, parse_order  # noqa: E402
 from calibrate.runs.calibration import Calibration  # noqa: E402

@@ -44,7 +44,7 @@ def test_every_era_as_archive(tmp_path, era):
         else:  # recomputed from the datalink log with the same math
             assert run.source == "datalink log" and got == expected
     assert cubic.total.tput_mbps.mean == pytest.approx(
-        sum(m["all"].tput_mbps for m in _expected(valid, "default_tcp").values()) / 2)
+        sum(m["all"].throughput for m in _expected(valid, "default_tcp").values()) / 2)
     reasons = {(d.label, d.run): d.reason for d in target.dropped}
     assert "less than 80% of the 2 s runtime" in reasons[("default_tcp", 3)]
     assert "vegas_datalink_run2.log:5: malformed datalink log line" in reasons[("vegas", 2)]
@@ -115,7 +115,7 @@ def test_stats_logs_only(tmp_path):
     target = read_data_dir(folder)
     vegas = target.scheme("vegas")
     assert [r.source for r in vegas.runs] == ["stats log", "stats log"]
-    assert vegas.runs[0].flows["all"].tput_mbps == pytest.approx(
+    assert vegas.runs[0].flows["all"].throughput == pytest.approx(
         valid[("vegas", 2)].total.tput_mbps, abs=0.005)
     (reason,) = [d.reason for d in target.dropped]
     assert "no statistics block (Pantheon discarded the run" in reason

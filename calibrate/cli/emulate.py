@@ -175,8 +175,8 @@ def summarize(outcomes: Sequence[RunOutcome], labels: Sequence[str]) -> dict[str
         keys = sorted({k for stats in valid for k in stats.metrics()}, key=lambda k: (k != TOTAL, k))
         for key in keys:
             per_run = [stats.metrics().get(key) for stats in valid]
-            flows[key] = {"tput": aggregate(m.tput_mbps if m else None for m in per_run),
-                          "delay": aggregate(m.delay_ms if m else None for m in per_run),
+            flows[key] = {"tput": aggregate(m.throughput if m else None for m in per_run),
+                          "delay": aggregate(m.delay if m else None for m in per_run),
                           "loss": aggregate(m.loss if m else None for m in per_run)}
         util = aggregate(stats.utilization for stats in valid)
         out[label] = {"scheme": mine[0].scheme if mine else None, "runs": len(mine), "valid_runs": len(valid),

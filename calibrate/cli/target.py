@@ -106,9 +106,9 @@ def _show(args: argparse.Namespace) -> int:
             for run in scheme.runs:
                 m = run.flows.get(args.flow)
                 if m:
-                    delay = "–" if m.delay_ms is None else f"{m.delay_ms:.2f}"
+                    delay = "–" if m.delay is None else f"{m.delay:.2f}"
                     loss = "–" if m.loss is None else f"{100 * m.loss:.2f}"
-                    console.print(f"  {scheme.scheme} run {run.run}: {m.tput_mbps:.2f} Mbit/s, "
+                    console.print(f"  {scheme.scheme} run {run.run}: {m.throughput:.2f} Mbit/s, "
                                   f"{delay} ms, {loss} % ({run.source})", highlight=False)
     if target.evidence is not None:
         _show_evidence(console, target.evidence)

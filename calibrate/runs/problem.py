@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calibrate.errors import InputError
-from calibrate.metrics import TOTAL
-from calibrate.objective import Stats
+from calibrate.metrics import TOTAL, Stats
 from calibrate.physics import SchemeMeasurement, space_from_target, warm_start
 from calibrate.runs.config import LINK_KINDS, RunConfig
 from calibrate.scheme_registry import era_of, traits_of
@@ -109,8 +108,10 @@ class Problem:
                 result = next((s for s in target.schemes if s.label == label), None) or target.scheme(label)
                 values = _aggregates(result, config.aggregate, workload.flows)
                 for flow in _flow_keys(workload.flows):
-                    # whole triples: problem_of scored these aggregates when the run began
-                    real[label if workload.flows == 1 else (label, flow)] = Stats(*values[flow])  # type: ignore[misc]
+                    # whole: problem_of scored these aggregates when the run began
+                    value = values[flow]
+                    assert value is not None
+                    real[label if workload.flows == 1 else (label, flow)] = value
         return cls(real=real, schemes=schemes, dropped=dict(data.get("dropped", {})),
                    substitutes=dict(data.get("substitutes", {})), era=data.get("era"),
                    era_assumed=bool(data.get("era_assumed", False)),
@@ -125,14 +126,12 @@ def _flow_keys(flows: int) -> list[str]:
     return [TOTAL] if flows == 1 else [str(f) for f in range(1, flows + 1)]
 
 
-def _aggregates(result: SchemeResult, aggregate: str, flows: int
-                ) -> dict[str, tuple[float | None, ...] | None]:
-    """Per flow key (and the total) the target's (throughput, p95 delay, loss) `aggregate`."""
-    values: dict[str, tuple[float | None, ...] | None] = {}
+def _aggregates(result: SchemeResult, aggregate: str, flows: int) -> dict[str, Stats | None]:
+    """Per flow key (and the total) the target's `aggregate` statistics."""
+    values: dict[str, Stats | None] = {}
     for flow in [TOTAL, *_flow_keys(flows)]:
         summary = result.summary.get(flow)
-        values[flow] = None if summary is None else tuple(
-            getattr(getattr(summary, m), aggregate) for m in ("tput_mbps", "delay_ms", "loss"))
+        values[flow] = None if summary is None else summary.stats(aggregate)
     return values
 
 
@@ -172,13 +171,14 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
             dropped[s.label] = str(e)
             continue
         values = _aggregates(s, config.aggregate, flows)
-        if any(v is None or None in v for v in (values[f] for f in flow_keys + [TOTAL])):
+        whole = {f: v for f in values
+                 if (v := values[f]) is not None and v.delay is not None and v.loss is not None}
+        if len(whole) < len(values):
             dropped[s.label] = (f"the target has no {config.aggregate} of every metric for "
                                 f"{s.label}; try --aggregate mean")
             del schemes[s.label]
             continue
-        why = next((w for f in flow_keys + [TOTAL]
-                    if (w := Stats(*values[f]).problem(reference=True))), None)  # type: ignore[misc]
+        why = next((w for v in whole.values() if (w := v.problem("reference"))), None)
         if why:  # a scheme that moved nothing, or a delay of 0: f cannot divide by it
             dropped[s.label] = f"the target's {config.aggregate} for {s.label} cannot be scored: {why}"
             del schemes[s.label]
@@ -187,8 +187,7 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
         assert measurement is not None  # the total's aggregates were checked above
         space_stats[s.label] = measurement
         for flow in flow_keys:
-            # whole triples: checked above
-            real[s.label if flows == 1 else (s.label, flow)] = Stats(*values[flow])  # type: ignore[misc]
+            real[s.label if flows == 1 else (s.label, flow)] = whole[flow]
     if not schemes:
         raise InputError("no scheme of the target can run here: "
                          + "; ".join(f"{k}: {v}" for k, v in dropped.items())

@@ -28,7 +28,7 @@ from calibrate.jsonfile import read_json
 from calibrate.metrics import (
     TOTAL,
     DatalinkLog,
-    FlowMetrics,
+    Stats,
     check_run,
     parse_datalink_log,
     parse_stats_log,
@@ -198,7 +198,7 @@ def read_data_dir(directory: Path | str, *, perf_file: Path | None = None,
     if meta is None:
         notes.append(f"no {METADATA}: schemes and runs taken from the file names")
 
-    perf: dict[str, dict[int, dict[str, FlowMetrics]]] = {}
+    perf: dict[str, dict[int, dict[str, Stats]]] = {}
     perf_path = perf_file or directory / PERF
     datalink, stats, links = _scan(directory)
     if perf_path.is_file():
@@ -304,7 +304,7 @@ def _run_evidence(label: str, run: int, result: RunResult, parsed: DatalinkLog |
         return None
     total = result.flows.get(TOTAL)
     return run_evidence(label, run, datalink=parsed, link=link,
-                        one_way_p95_ms=None if total is None else total.delay_ms)
+                        one_way_p95_ms=None if total is None else total.delay)
 
 
 def _ordered(labels: Iterable[str]) -> list[str]:

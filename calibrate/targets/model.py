@@ -25,7 +25,7 @@ import numpy as np
 
 from calibrate.errors import InputError
 from calibrate.evidence import PathEvidence
-from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, FlowMetrics, aggregate, impossible
+from calibrate.metrics import STD_DDOF, TOTAL, Aggregate, Stats, aggregate, impossible
 from calibrate.physics import SchemeMeasurement
 from calibrate.scheme_registry import canonical_scheme
 from calibrate.targets.bounds import FORMAT_VERSION, declared
@@ -42,19 +42,29 @@ class FlowSummary:
     loss: Aggregate
 
     def to_json(self) -> dict[str, Any]:
-        return {"tput_mbps": self.tput_mbps.to_json(), "delay_ms": self.delay_ms.to_json(),
+        """Keyed like a measurement (`Stats.to_json`): {"tput", "delay", "loss"}, each an
+        `Aggregate`; earlier target files spelled the first two "tput_mbps" and "delay_ms",
+        which are still read."""
+        return {"tput": self.tput_mbps.to_json(), "delay": self.delay_ms.to_json(),
                 "loss": self.loss.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FlowSummary:
-        return cls(Aggregate.from_json(data["tput_mbps"]), Aggregate.from_json(data["delay_ms"]),
+        return cls(Aggregate.from_json(data["tput"] if "tput" in data else data["tput_mbps"]),
+                   Aggregate.from_json(data["delay"] if "delay" in data else data["delay_ms"]),
                    Aggregate.from_json(data["loss"]))
 
+    def stats(self, aggregate: str) -> Stats | None:
+        """Each metric's `aggregate` ("mean" or "median") over the runs, or None when the
+        throughput has none."""
+        tput, delay, loss = (getattr(a, aggregate) for a in (self.tput_mbps, self.delay_ms, self.loss))
+        return None if tput is None else Stats(tput, delay, loss)
+
     @classmethod
-    def of_runs(cls, metrics: Iterable[FlowMetrics], ddof: int = STD_DDOF) -> FlowSummary:
+    def of_runs(cls, metrics: Iterable[Stats], ddof: int = STD_DDOF) -> FlowSummary:
         metrics = list(metrics)
-        return cls(aggregate((m.tput_mbps for m in metrics), ddof),
-                   aggregate((m.delay_ms for m in metrics), ddof),
+        return cls(aggregate((m.throughput for m in metrics), ddof),
+                   aggregate((m.delay for m in metrics), ddof),
                    aggregate((m.loss for m in metrics), ddof))
 
 
@@ -63,7 +73,7 @@ class RunResult:
     """One valid run of one scheme: metrics per flow key ("all", "1", ...) and their source."""
 
     run: int
-    flows: Mapping[str, FlowMetrics]
+    flows: Mapping[str, Stats]
     source: str  # "pantheon_perf.json", "datalink log", "stats log"
 
     def to_json(self) -> dict[str, Any]:
@@ -73,7 +83,7 @@ class RunResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunResult:
         return cls(int(data["run"]),
-                   {key: FlowMetrics(float(v["tput"]), _opt(v.get("delay")), _opt(v.get("loss")))
+                   {key: Stats(float(v["tput"]), _opt(v.get("delay")), _opt(v.get("loss")))
                     for key, v in data["flows"].items()},
                    str(data.get("source", "")))
 
