@@ -24,7 +24,7 @@ import io
 import math
 import re
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -53,7 +53,7 @@ PAPER_ABLATION = {
 def open_study(run_dir: Path | str, *, read_only: bool = True) -> Run:
     """A leave-one-out or ablation study from its run directory, whatever its kind."""
     kind = kind_of(run_dir)
-    if kind not in (loo.LeaveOneOut, ablation.Ablation):
+    if kind.kind not in STUDY_EXPORTS:
         raise InputError(f"{run_dir} holds a {kind.kind} run, not a study (leave-one-out or ablation)")
     return kind.open(run_dir, read_only=read_only)
 
@@ -225,6 +225,37 @@ def _export_searches(study: Run, searches: Mapping[str, Search], calibration: Ma
     return write_export(run, out)
 
 
+def _export_loo(study: Run, result: Mapping[str, Any], out: Path
+                ) -> tuple[str, list[dict[str, Any]], Callable[[Path], Any]]:
+    """Each fold's emulator under folds/<scheme>/; the table and figure of the folds."""
+    assert isinstance(study, loo.LeaveOneOut)
+    for i, fold in enumerate(result["folds"]):
+        if fold["calibration"].get("winner"):
+            searches = {link: s[i] for link, s in study.by_link.items()}
+            _export_searches(study, searches, fold["calibration"], out / "folds" / _safe(fold["fold"]))
+    return "loo", loo.rows(result), partial(plot_loo, result)
+
+
+def _export_ablation(study: Run, result: Mapping[str, Any], out: Path
+                     ) -> tuple[str, list[dict[str, Any]], Callable[[Path], Any]]:
+    """Each step's emulator under steps/<k>-<parameter>/; the table and Figure 5."""
+    assert isinstance(study, ablation.Ablation)
+    typed = AblationResult.from_json(result)
+    for step, entry in zip(study.steps, typed.steps, strict=True):
+        if entry.calibration is not None:
+            search = next(s for s in step.trials if s.name == entry.search)
+            _export_searches(study, {search.link: search}, entry.calibration.to_json(),
+                             out / "steps" / f"{step.index}-{_safe(entry.adds or '')}")
+    return "ablation", ablation.rows(typed), partial(plot_ablation, typed)
+
+
+#: per study kind: its fitted emulators written under the export, and the stem, rows and figure
+#: of its table
+STUDY_EXPORTS: dict[str, Callable[[Run, Mapping[str, Any], Path],
+                                  tuple[str, list[dict[str, Any]], Callable[[Path], Any]]]] = {
+    loo.KIND: _export_loo, ablation.KIND: _export_ablation}
+
+
 def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: Run | None = None,
                  result: Mapping[str, Any] | None = None) -> Path:
     """Export the study in ``run_dir`` (module docstring) and return the directory.  A study that
@@ -237,23 +268,7 @@ def export_study(run_dir: Path | str, out: Path | str | None = None, *, study: R
     result = jsonable(result if result is not None else study.result())
     try:
         out.mkdir(parents=True, exist_ok=True)
-        if isinstance(study, loo.LeaveOneOut):
-            for i, fold in enumerate(result["folds"]):
-                if fold["calibration"].get("winner"):
-                    searches = {link: s[i] for link, s in study.by_link.items()}
-                    _export_searches(study, searches, fold["calibration"], out / "folds" / _safe(fold["fold"]))
-            stem, table, plot = "loo", loo.rows(result), partial(plot_loo, result)
-        elif isinstance(study, ablation.Ablation):
-            typed = AblationResult.from_json(result)
-            for step, entry in zip(study.steps, typed.steps, strict=True):
-                if entry.calibration is not None:
-                    search = next(s for s in step.trials if s.name == entry.search)
-                    _export_searches(study, {search.link: search}, entry.calibration.to_json(),
-                                     out / "steps" / f"{step.index}-{_safe(entry.adds or '')}")
-            stem, table = "ablation", ablation.rows(typed)
-            plot = partial(plot_ablation, typed)
-        else:  # pragma: no cover  (open_study knows only these)
-            raise InputError(f"{run_dir}: no export for a {study.kind} study")
+        stem, table, plot = STUDY_EXPORTS[study.kind](study, result, out)
         write_atomic(out / f"{stem}.json", result)
         write_csv(table, out / f"{stem}.csv")
         plot(out / f"{stem}.png")

@@ -196,17 +196,14 @@ def execute(run: Run, args: argparse.Namespace, settings: RaySettings) -> int:
     """Run (or continue) `run`, of any kind, to its end on Ray with the live display, export
     it and print its table; its run directory is claimed by the caller."""
     from calibrate.cluster.evaluator import Evaluator
-    from calibrate.runs.journal import CALIBRATION
 
     note = sys.stderr
     require_root()
     run.schemes()  # a scheme this host cannot run stops us here, before Ray starts
     config, problem, run_dir = run.config, run.problem, run.run_dir
-    calibration = run.kind == CALIBRATION
-    print(f"calibrate: {run_dir}: {'' if calibration else f'{run.kind} {run.noun}, '}"
-          f"{workload_text(problem, config)} an evaluation, links {', '.join(config.links)}, "
-          f"budget {config.budget} {'each' if calibration else f'per {run.search_noun}'}; starting Ray",
-          file=note)
+    print(f"calibrate: {run_dir}: {run.title}, {workload_text(problem, config)} an evaluation, "
+          f"links {', '.join(config.links)}, budget {config.budget} per {run.search_noun}; "
+          "starting Ray", file=note)
     for line in dropped_lines(problem):
         print(line, file=note)
     started = time.monotonic()

@@ -78,6 +78,10 @@ class Calibration(Run):
     search_noun = "link kind"
     ranges_on_resume = True
 
+    @property
+    def title(self) -> str:
+        return self.noun
+
     searches: dict[str, Search] = field(default_factory=dict)  # link kind -> its search
 
     def rebuild(self) -> None:

@@ -152,6 +152,11 @@ class Run:
     #: what the CLI calls a run of this kind, and one of its searches
     noun: ClassVar[str] = "study"
     search_noun: ClassVar[str] = "search"
+
+    @property
+    def title(self) -> str:
+        """What a run of this kind is called where its kind must be named ("loo study")."""
+        return f"{self.kind} {self.noun}"
     #: a resumed run's display shows its searches' ranges from its first refresh
     ranges_on_resume: ClassVar[bool] = False
 
