@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal
@@ -144,6 +145,52 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, nam
         parser.add_argument(o.flag, **kwargs)
 
 
+# ----------------------------------------------------------------------------------------------
+# The rules a value of a names, fixed or bounds option must keep, whoever reads it (the command
+# line here, the service's request model in `calibrate.service.intake`): each raises ValueError
+# with the problem, and the reader adds where it was given.
+
+#: a scheme label as Pantheon and the registry spell them
+SCHEME_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def checked_links(kinds: Sequence[str]) -> list[str]:
+    """The link kinds named, each once, in order."""
+    if not kinds:
+        raise ValueError(f"no link kind: give {' or '.join(LINK_KINDS)}, or both ({','.join(LINK_KINDS)})")
+    unknown = [k for k in kinds if k not in LINK_KINDS]
+    if unknown:
+        raise ValueError(f"unknown link kind {unknown[0]!r}; the kinds are {' and '.join(LINK_KINDS)}")
+    return list(dict.fromkeys(kinds))
+
+
+def checked_schemes(names: Sequence[str]) -> list[str] | None:
+    """The scheme labels named; None for `all` (every scheme of the target)."""
+    if not names:
+        raise ValueError("no scheme: name schemes (e.g. cubic,vegas), give `all` for every one, "
+                         "or leave the option out")
+    if "all" in names:
+        if len(names) > 1:
+            raise ValueError("`all` means every scheme; give it alone")
+        return None
+    bad = [n for n in names if not SCHEME_LABEL.fullmatch(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a scheme label (letters, digits, '_', '.', '+', '-')")
+    return list(names)
+
+
+def checked_parameter(name: str) -> str:
+    if name not in PARAMETERS:
+        raise ValueError(f"unknown parameter {name!r}; the parameters are {', '.join(PARAMETERS)}")
+    return name
+
+
+def checked_bound(name: str, low: float, high: float) -> tuple[float, float]:
+    if not low < high:
+        raise ValueError(f"{name}: the low bound must be below the high one (got {low:g}:{high:g})")
+    return low, high
+
+
 def values_of_arguments(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
     """The values (JSON) the arguments `names` give; an option left out is None."""
     values: dict[str, Any] = {}
@@ -166,23 +213,12 @@ def _names(text: str | None, o: RunOption) -> list[str] | None:
     if text is None:
         return None
     names = [s.strip() for s in text.split(",") if s.strip()]
-    if o.name == "links":
-        if not names:
-            raise InputError(f"--links is empty: give {' or '.join(LINK_KINDS)}, or both ({','.join(LINK_KINDS)})")
-        unknown = [k for k in names if k not in LINK_KINDS]
-        if unknown:
-            raise InputError(f"--links {text}: unknown link kind {unknown[0]!r}; the kinds are "
-                             f"{' and '.join(LINK_KINDS)} (e.g. --links {LINK_KINDS[0]}, or --links "
-                             f"{','.join(LINK_KINDS)} for both)")
-        return names
-    if not names:
-        raise InputError(f"{o.flag} is empty: name schemes (e.g. {o.flag} cubic,vegas), give "
-                         f"`{o.flag} all` for every one, or leave the option out")
-    if "all" in names:
-        if len(names) > 1:
-            raise InputError(f"{o.flag} {text}: `all` means every scheme; give it alone")
-        return None
-    return names
+    links = o.name == "links"
+    try:
+        return checked_links(names) if links else checked_schemes(names)
+    except ValueError as error:
+        example = ",".join(LINK_KINDS) if links else "cubic,vegas"
+        raise InputError(f"{o.flag} {text!r}: {error} (e.g. {o.flag} {example})") from None
 
 
 def _assignments(items: Sequence[str], o: RunOption) -> dict[str, str]:
@@ -193,10 +229,10 @@ def _assignments(items: Sequence[str], o: RunOption) -> dict[str, str]:
         name = name.strip()
         if not sep:
             raise InputError(f"{o.flag} {item!r}: expected {form}")
-        if name not in PARAMETERS:
-            raise InputError(f"{o.flag} {item!r}: unknown parameter {name!r}; the parameters are "
-                             f"{', '.join(PARAMETERS)} ({form})")
-        out[name] = value.strip()
+        try:
+            out[checked_parameter(name)] = value.strip()
+        except ValueError as error:
+            raise InputError(f"{o.flag} {item!r}: {error} ({form})") from None
     return out
 
 
@@ -211,10 +247,10 @@ def _range(name: str, text: str) -> tuple[float, float]:
     lo, sep, hi = text.partition(":")
     if not sep:
         raise InputError(f"--bound {name}={text}: expected LO:HI, e.g. --bound {name}=1:10")
-    low, high = _number(lo, f"--bound {name}"), _number(hi, f"--bound {name}")
-    if not low < high:
-        raise InputError(f"--bound {name}={text}: the low bound must be below the high one")
-    return low, high
+    try:
+        return checked_bound(name, _number(lo, f"--bound {name}"), _number(hi, f"--bound {name}"))
+    except ValueError as error:
+        raise InputError(f"--bound {name}={text}: {error}") from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -44,11 +44,19 @@ from calibrate.emulator import EmulatorConfig
 from calibrate.errors import CalibrateError, InputError
 from calibrate.export import EXPORT_DIR, REPORT
 from calibrate.jsonfile import read_json
-from calibrate.parameters import PARAMETERS
 from calibrate.runs.ablation import GREEDY, parse_order
 from calibrate.runs.config import LINK_KINDS, RunConfig
 from calibrate.runs.evaluate import host_schemes
-from calibrate.runs.options import REQUEST, config_of, flags_of, request_fields
+from calibrate.runs.options import (
+    REQUEST,
+    checked_bound,
+    checked_links,
+    checked_parameter,
+    checked_schemes,
+    config_of,
+    flags_of,
+    request_fields,
+)
 from calibrate.runs.problem import links_for, problem_of, registry_of
 from calibrate.service.settings import ServiceSettings
 from calibrate.service.store import CALIBRATION, QUEUED, SCORE, STUDY, Job, Store, now
@@ -61,7 +69,6 @@ from calibrate.targets.result_id import FetchOptions, looks_like_result_id, pars
 #: table suffixes an upload may have (archives: `calibrate.targets.archive.ARCHIVE_SUFFIXES`)
 TABLE_SUFFIXES = (".csv", ".json", ".txt")
 UPLOAD_SUFFIXES = (*ARCHIVE_SUFFIXES, *TABLE_SUFFIXES)
-_SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 INPUT_DIR = "input"
 TARGET_FILE = "target.json"
 RUN_DIR = "run"
@@ -83,14 +90,7 @@ class UploadTooLarge(InputError):
 def scheme_list(value: str | list[str] | None) -> list[str] | None:
     """Scheme labels as a request gives them ('cubic,vegas' or a list); None for every one."""
     names = _names(value, "schemes")
-    if names is None or names == ["all"]:
-        return None
-    if "all" in names:
-        raise ValueError("'all' means every scheme; give it alone")
-    bad = [n for n in names if not _SCHEME.fullmatch(n)]
-    if bad:
-        raise ValueError(f"{bad[0]!r} is not a scheme label (letters, digits, '_', '.', '+', '-')")
-    return names
+    return None if names is None else checked_schemes(names)
 
 
 def _names(value: str | list[str] | None, what: str) -> list[str] | None:
@@ -117,27 +117,20 @@ class _RunOptionChecks(BaseModel):
     @classmethod
     def _links(cls, value: str | list[str] | None) -> list[str] | None:
         kinds = _names(value, "links")
-        if kinds is None:
-            return None
-        unknown = [k for k in kinds if k not in LINK_KINDS]
-        if unknown:
-            raise ValueError(f"unknown link kind {unknown[0]!r}; the kinds are {' and '.join(LINK_KINDS)}")
-        return list(dict.fromkeys(kinds))
+        return None if kinds is None else checked_links(kinds)
 
     @field_validator("fix", "bound", check_fields=False)
     @classmethod
     def _parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
-        unknown = [k for k in value if k not in PARAMETERS]
-        if unknown:
-            raise ValueError(f"unknown parameter {unknown[0]!r}; the parameters are {', '.join(PARAMETERS)}")
+        for name in value:
+            checked_parameter(name)
         return value
 
     @field_validator("bound", check_fields=False)
     @classmethod
     def _bounds(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
         for name, (low, high) in value.items():
-            if not low < high:
-                raise ValueError(f"{name}: the low bound {low:g} must be below the high one {high:g}")
+            checked_bound(name, low, high)
         return value
 
 
