@@ -158,7 +158,7 @@ def test_run_json_holds_the_problem(tmp_path, monkeypatch):
                        fixed={"loss": 0.0})
     started = Calibration.start(tmp_path / "run", config, target)
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert meta["version"] == FORMAT_VERSION == 2
+    assert meta["version"] == FORMAT_VERSION == 3
     assert {(r["scheme"], r["flow"]) for r in meta["real"]} == set(started.problem.real)
     monkeypatch.setattr(runs_problem, "load_registry", lambda *a, **k: pytest.fail("host asked"))
     run = RunDir.open(tmp_path / "run")

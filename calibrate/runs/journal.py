@@ -41,6 +41,9 @@ Format versions (run.json's "version"; each journal line's "version", absent in 
   version-2 run whose run.json also names its "kind" and holds its "study" settings, and whose
   journal lines carry "study" (which of its searches proposed the line, and what the study
   records with it); a run.json without "kind" is a calibration's.
+- 3: each flow of a journal line's runs is {"tput", "delay", "loss"} (a measurement's one
+  spelling, `calibrate.metrics.Stats`) where 1 and 2 held [tput, delay, loss] lists; nothing
+  else differs.  A version-1 or -2 run opens, resumes (its new lines are version 3) and exports.
 
 One writer at a time: `RunDir.writing()` is where a run holds its directory's lock while it
 writes (`calibrate.runs.lock`: released by the kernel when the writer dies); the CLI claims it
@@ -76,7 +79,7 @@ JOURNAL = "evaluations.jsonl"
 PROPOSALS = "proposals.jsonl"
 RESULT = "result.json"
 FORMAT = "calibrate-run"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: run.json's "kind" of a calibration (`calibrate run`), and when it has none
 CALIBRATION = "calibration"
 
