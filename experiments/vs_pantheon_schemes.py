@@ -93,6 +93,10 @@ KNOWN_EXTRA = ("default_tcp", "vegas", "quic")
 #: Labels whose scheme here is the kernel's own (not a port): the registry scheme that runs.
 KERNEL = {"default_tcp": "cubic"}
 RUN_FIRST_TIMEOUT_S = 20.0
+#: Pantheon's multi-flow runs (`-f 3 --interval 10`, the paper's P1237 and later reports): flow i
+#: starts (i - 1) x 10 s after the first, all stop at the end of a 30 s run.
+FLOW_INTERVAL_S = 10.0
+MULTI_FLOW_RUNTIME_S = 30.0
 METRICS = ("tput", "mean", "p95", "loss")
 
 
@@ -103,12 +107,20 @@ class Row:
     queue: int | None  # DropTail packets (both directions' default); None: unbounded
     loss: float  # uplink, a fraction
     link: str = "constant"
+    flows: int = 1  # > 1: Pantheon's multi-flow workload (FLOW_INTERVAL_S apart)
 
     @property
     def name(self) -> str:
         queue = "inf" if self.queue is None else str(self.queue)
         kind = "" if self.link == "constant" else f" {self.link}"
-        return f"{self.rate:g}/{self.delay}/{queue}/{self.loss * 100:g}%{kind}"
+        flows = f"{self.flows}x " if self.flows > 1 else ""
+        return f"{flows}{self.rate:g}/{self.delay}/{queue}/{self.loss * 100:g}%{kind}"
+
+    def workload(self, runtime: float) -> Workload:
+        """One run's workload: one flow for `runtime`, or the multi-flow one (at least 30 s)."""
+        if self.flows == 1:
+            return Workload(1, 0.0, runtime, 1)
+        return Workload(self.flows, FLOW_INTERVAL_S, max(runtime, MULTI_FLOW_RUNTIME_S), 1)
 
     def emulator(self, seed: int) -> EmulatorConfig:
         queue = Queue() if self.queue is None else Queue.droptail(self.queue)
@@ -117,7 +129,8 @@ class Row:
 
 
 #: Rates 2–100 Mbit/s, one-way delays 5–150 ms, queues 20 packets to unbounded, loss 0–1 %,
-#: constant and Poisson deliveries; the first row is the known emulator's setting.
+#: constant and Poisson deliveries, one flow and three (named "3x ..."); the first row is the
+#: known emulator's setting.
 MATRIX: tuple[Row, ...] = (
     Row(10, 28, None, 0.0),
     Row(2, 5, 20, 0.0),
@@ -127,6 +140,8 @@ MATRIX: tuple[Row, ...] = (
     Row(100, 5, 300, 0.0),
     Row(6, 150, None, 0.0, "poisson"),
     Row(12, 40, 100, 0.01, "poisson"),
+    Row(10, 28, None, 0.0, flows=3),
+    Row(12, 20, 100, 0.0, flows=3),
 )
 QUICK = ("10/28/inf/0%", "12/40/100/1% poisson")
 
@@ -252,14 +267,15 @@ def ours_scheme(label: str, ports: Mapping[str, Port], registry: Registry,
 # Runs
 
 
-def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, runtime: float, backend: Backend,
+def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: Workload, backend: Backend,
             scratch: Path) -> dict[str, object]:
-    """One Pantheon-style run; its metrics, and how late the engine wrote its packets out."""
+    """One Pantheon-style run; its metrics (of all flows together, and each flow's throughput in a
+    multi-flow run), and how late the engine wrote its packets out."""
     if not scheme.available:
         return {"valid": False, "reason": f"unavailable: {scheme.unavailable_reason}"}
     data_dir = Path(tempfile.mkdtemp(dir=scratch))
     try:
-        outcome = run_scheme(emulator, scheme, replicate, Workload(1, 0.0, runtime, 1), data_dir, backend=backend)
+        outcome = run_scheme(emulator, scheme, replicate, workload, data_dir, backend=backend)
         if not outcome.valid or outcome.stats is None:
             return {"valid": False, "reason": outcome.validity.reason or outcome.failure,
                     "loss_seed": outcome.loss_seed}
@@ -267,6 +283,8 @@ def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, runtime: f
         delays = parse_datalink_log(outcome.paths.datalink).departure_delay
         return {"valid": True, "tput": m.tput_mbps, "mean": float(np.mean(delays)) if len(delays) else np.nan,
                 "p95": m.delay_ms, "loss": (m.loss or 0.0) * 100, "loss_seed": outcome.loss_seed,
+                **({f"tput {flow}": f.tput_mbps for flow, f in sorted(outcome.stats.flows.items())}
+                   if workload.flows > 1 else {}),
                 **engine_lateness(outcome.paths.engine_summary)}
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -296,6 +314,7 @@ class Job:
     emulator: EmulatorConfig
     label: str
     sides: tuple[tuple[str, Scheme], ...]  # ("upstream" | "port", scheme)
+    workload: Workload
 
 
 class Runner:
@@ -310,15 +329,15 @@ class Runner:
         self.done = 0
         self.started = time.monotonic()
 
-    def run(self, job: Job, runtime: float, scratch: Path) -> None:
+    def run(self, job: Job, scratch: Path) -> None:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
             for side, scheme in sides:
-                m = measure(job.emulator, scheme, replicate, runtime, self.backend, scratch)
+                m = measure(job.emulator, scheme, replicate, job.workload, self.backend, scratch)
                 self.records.append({"bench": job.bench, "row": job.row, "label": job.label, "side": side,
                                      "scheme": scheme.name, "source": scheme.description, "replicate": replicate,
-                                     "runtime": runtime, "date": dt.date.today().isoformat(), "build": self.build,
-                                     **m})
+                                     "runtime": job.workload.runtime_s, "flows": job.workload.flows,
+                                     "date": dt.date.today().isoformat(), "build": self.build, **m})
                 self.done += 1
                 self.progress(job, side, scheme, replicate, m)
         partial = self.runs_csv.with_name(self.runs_csv.name + ".part")
@@ -375,11 +394,15 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
         d_tput = 100 * (p["tput"] - u["tput"]) / u["tput"] if u["tput"] else np.nan
         d_p95 = p["p95"] - u["p95"]
         ok, how = verdict(d_tput, d_p95, sd_tput, sd_p95)
+        # a multi-flow row: how far each flow's share moved (shown; the verdict is the total's)
+        flow_d = [100 * abs(float(port[c].mean()) - float(up[c].mean())) / float(up[c].mean())
+                  for c in group.columns if c.startswith("tput ") and float(up[c].mean() or 0) > 0]
         out.append({"row": row, "label": label, "n up": len(up), "n port": len(port),
                     "up tput": u["tput"], "port tput": p["tput"], "Δtput %": d_tput, "up sd tput %": sd_tput,
                     "up mean": u["mean"], "port mean": p["mean"],
                     "up p95": u["p95"], "port p95": p["p95"], "Δp95": d_p95, "up sd p95": sd_p95,
                     "up loss %": u["loss"], "port loss %": p["loss"], "Δloss": p["loss"] - u["loss"],
+                    "worst |Δflow tput| %": max(flow_d) if flow_d else np.nan,
                     "pass": "PASS" if ok else "FAIL", "by": how})
     return pd.DataFrame(out)
 
@@ -686,7 +709,7 @@ def main() -> int:
               f"{'' if mine is None or mine.available else f' (unavailable: {mine.unavailable_reason})'}",
               file=sys.stderr)
 
-    jobs: list[tuple[Job, float]] = []
+    jobs: list[Job] = []
     if not args.known_only:
         for row in select_rows(args.rows, args.quick):
             emulator = row.emulator(args.seed)
@@ -694,8 +717,8 @@ def main() -> int:
                 up, mine = upstream.get(label), ours.get(label)
                 if up is None or mine is None:
                     continue
-                jobs.append((Job("matrix", row.name, emulator, label, (("upstream", up), ("port", mine))),
-                             args.runtime))
+                jobs.append(Job("matrix", row.name, emulator, label, (("upstream", up), ("port", mine)),
+                                row.workload(args.runtime)))
         skipped = [x for x in matrix_labels if upstream.get(x) is None or ours.get(x) is None]
         if skipped:
             print(f"not in the matrix (no upstream build or no port): {', '.join(skipped)}", file=sys.stderr)
@@ -705,19 +728,19 @@ def main() -> int:
             sides = tuple((side, s) for side, s in (("upstream", upstream.get(label)), ("port", ours.get(label)))
                           if s is not None)
             if any(side == "port" for side, _ in sides):
-                jobs.append((Job("known", "A", emulator, label, sides), args.known_runtime))
+                jobs.append(Job("known", "A", emulator, label, sides, Workload(1, 0.0, args.known_runtime, 1)))
     if not jobs:
         parser.error("nothing to run: no label has both an upstream build and a port (see above)")
-    total = sum(len(job.sides) for job, _ in jobs) * args.replicates
-    seconds = sum(len(job.sides) * (runtime + 6) for job, runtime in jobs) * args.replicates
+    total = sum(len(job.sides) for job in jobs) * args.replicates
+    seconds = sum(len(job.sides) * (job.workload.runtime_s + 6) for job in jobs) * args.replicates
     runs_csv = args.out / f"vs_pantheon_schemes_runs_{stamp}.csv"
     print(f"{total} runs, about {seconds / 60:.0f} min; runs: {runs_csv} (after each row and label)",
           file=sys.stderr, flush=True)
     runner = Runner(args, runs_csv, total)
     scratch = Path(tempfile.mkdtemp(prefix="calibrate-vs-pantheon-"))
     try:
-        for job, runtime in jobs:
-            runner.run(job, runtime, scratch)
+        for job in jobs:
+            runner.run(job, scratch)
     except KeyboardInterrupt:
         print(f"\nstopped; the runs so far are in {runs_csv} (--report {runs_csv})", file=sys.stderr)
         return 130

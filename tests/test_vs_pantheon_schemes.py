@@ -116,6 +116,26 @@ def test_rows_and_labels_summarise_the_runs(bench):
     assert labels.loc["copa", "median |Δtput %|"] == pytest.approx(2.0)
 
 
+def test_three_flow_rows_run_pantheons_multi_flow_workload_and_show_each_flows_share(bench):
+    """Pantheon's `-f 3 --interval 10`: flows 10 s apart over a 30 s run; the verdict is the
+    total's, and the table shows how far the worst flow's throughput moved."""
+    rows = [r for r in bench.MATRIX if r.flows == 3]
+    assert rows and all(r.name.startswith("3x ") for r in rows)
+    assert [r.name for r in bench.select_rows("3x ")] == [r.name for r in rows]
+    workload = rows[0].workload(20.0)
+    assert (workload.flows, workload.interval_s, workload.runtime_s) == (3, 10.0, 30.0)
+    one = bench.MATRIX[0].workload(20.0)
+    assert (one.flows, one.interval_s, one.runtime_s) == (1, 0.0, 20.0)
+    runs = runs_frame([("matrix", "3x A", "copa", side, rep, 9.0, 40.0, 0.0)
+                       for side in ("upstream", "port") for rep in (1, 2)])
+    shares = {"upstream": (4.0, 3.0, 2.0), "port": (3.0, 3.0, 3.0)}
+    for flow in (1, 2, 3):
+        runs[f"tput {flow}"] = [shares[side][flow - 1] for side in runs["side"]]
+    (row,) = bench.summarize(runs).to_dict("records")
+    assert row["Δtput %"] == 0 and row["pass"] == "PASS"
+    assert row["worst |Δflow tput| %"] == pytest.approx(50.0)  # flow 3: 2 -> 3 Mbit/s
+
+
 def test_the_known_emulator_is_set_beside_pantheons_table(bench):
     known = bench.known_summary(runs_frame(KNOWN_RUNS), PANTHEON).set_index("label")
     assert known.loc["copa", "ours Δtput %"] == pytest.approx(100 * (5.0 - 4.95) / 4.95)
