@@ -149,9 +149,10 @@ pub fn run_init(args: &[String]) -> i32 {
     // grace period ends it (a Pantheon wrapper or iperf would then keep sending into a stopped
     // link). Command does not reset the mask it inherits.
     unsafe {
+        // pthread_sigmask returns its error number; it does not set errno
         command.pre_exec(|| match unblock_all_signals() {
             0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
+            status => Err(std::io::Error::from_raw_os_error(status)),
         });
     }
     let child = match command.spawn() {
@@ -220,8 +221,9 @@ pub fn block_into_signalfd(signals: &[i32]) -> std::io::Result<RawFd> {
         for &s in signals {
             libc::sigaddset(&mut set, s);
         }
-        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
-            return Err(std::io::Error::last_os_error());
+        let status = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if status != 0 {
+            return Err(std::io::Error::from_raw_os_error(status));
         }
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
         if fd < 0 {
