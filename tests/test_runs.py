@@ -190,8 +190,8 @@ def test_journal_records_round_trip_and_old_lines_read():
     assert Evaluation.from_json(bare).phase == "search" and not Evaluation.from_json(bare).confident
     with pytest.raises(InputError, match="line 3 lacks some of link, candidate, x"):
         Evaluation.from_json({"link": "constant"}, "line 3")
-    with pytest.raises(InputError, match="format version 3.*upgrade calibrate"):
-        Evaluation.from_json({**line, "version": 3})
+    with pytest.raises(InputError, match="format version 4.*upgrade calibrate"):
+        Evaluation.from_json({**line, "version": 4})
     with pytest.raises(InputError, match="link kind 'square'"):
         Evaluation.from_json({**line, "link": "square"})
 
@@ -201,7 +201,7 @@ def test_a_newer_run_format_is_refused(tmp_path):
     shutil.copytree(V1, run_dir)
     meta = json.loads((run_dir / "run.json").read_text())
     (run_dir / "run.json").write_text(json.dumps({**meta, "version": FORMAT_VERSION + 1}))
-    with pytest.raises(InputError, match="run format 3; this calibrate reads formats 1 to 2"):
+    with pytest.raises(InputError, match="run format 4; this calibrate reads formats 1 to 3"):
         RunDir.open(run_dir)
     with pytest.raises(InputError, match="no such run directory"):
         RunDir.open(tmp_path / "nothing")
