@@ -6,12 +6,13 @@
 //! datagram and waits at most 10 ms; the clock is read once per turn, as upstream's frozen
 //! timestamp.
 //!
-//! Wire format (same sizes as upstream's mosh datagrams, not encrypted):
+//! Wire format (upstream's mosh datagram, which on this branch is not encrypted:
+//! `Session::encrypt` returns the nonce's last 8 bytes and the plaintext, crypto.cc:208-211):
 //! ```text
 //! seq|direction u64 | timestamp u16 | timestamp reply u16 | throwaway window u16
-//! | time to next u16 | payload (forecast length u16, forecast, junk) | 16-byte trailer
+//! | time to next u16 | payload (forecast length u16, forecast, junk)
 //! ```
-//! 34 + payload bytes of UDP payload, as upstream's nonce, four u16, payload and OCB tag.
+//! 16 + payload bytes of UDP payload: 1418 for a full datagram without a forecast.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -25,7 +26,6 @@ use crate::stats::Stats;
 
 const DIRECTION_TO_CLIENT: u64 = 1 << 63;
 const HEADER_BYTES: usize = 16;
-const TRAILER_BYTES: usize = 16;
 /// Data per datagram (Pantheon's sprout_mtu.patch: min(1440, …) → 1400).
 const MAX_DATA_BYTES: i64 = 1400;
 const SERVER_FALLBACK_MS: u64 = 20;
@@ -43,7 +43,7 @@ impl Clock {
 }
 
 fn encode(header: Header, to_client: bool, payload: &[u8], now: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     let dir = if to_client { DIRECTION_TO_CLIENT } else { 0 };
     out.extend_from_slice(&(header.seq | dir).to_be_bytes());
     let mut ts = (now % 65536) as u16;
@@ -54,12 +54,11 @@ fn encode(header: Header, to_client: bool, payload: &[u8], now: u64) -> Vec<u8> 
         out.extend_from_slice(&v.to_be_bytes());
     }
     out.extend_from_slice(payload);
-    out.resize(out.len() + TRAILER_BYTES, 0);
     out
 }
 
 fn decode(buf: &[u8], want_to_client: bool) -> Option<(Header, &[u8])> {
-    if buf.len() < HEADER_BYTES + TRAILER_BYTES {
+    if buf.len() < HEADER_BYTES {
         return None;
     }
     let word = u64::from_be_bytes(buf[0..8].try_into().ok()?);
@@ -68,7 +67,7 @@ fn decode(buf: &[u8], want_to_client: bool) -> Option<(Header, &[u8])> {
     }
     let u16_at = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
     let header = Header { seq: word & !DIRECTION_TO_CLIENT, throwaway_window: u16_at(12), time_to_next: u16_at(14) };
-    Some((header, &buf[HEADER_BYTES..buf.len() - TRAILER_BYTES]))
+    Some((header, &buf[HEADER_BYTES..]))
 }
 
 struct Endpoint {
@@ -172,4 +171,23 @@ pub fn run_sender(peer: SocketAddr, stats: Arc<Stats>) -> Result<(), String> {
     let _ = ForecastModel::shared();
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     endpoint(sock, false, Some(peer), stats).run()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datagrams_have_upstreams_sizes_and_round_trip() {
+        let header = Header { seq: 123_456, throwaway_window: 1452, time_to_next: 50 };
+        let mut payload = vec![0u8, 0];
+        payload.resize(1402, b'x');
+        let wire = encode(header, false, &payload, 1234);
+        assert_eq!(wire.len(), 1418); // + 28 bytes of UDP/IPv4: 1446-byte IP packets
+        assert_eq!(decode(&wire, false), Some((header, &payload[..])));
+        assert_eq!(decode(&wire, true), None, "a datagram in the wrong direction is refused");
+        let back = encode(Header { seq: 0, throwaway_window: 0, time_to_next: 20 }, true, &[0, 0], 1234);
+        assert_eq!(back.len(), 18);
+        assert!(decode(&back, true).is_some());
+    }
 }
