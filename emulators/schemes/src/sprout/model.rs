@@ -274,7 +274,7 @@ impl ForecastModel {
                 (0..MAX_ARRIVALS_PER_TICK as u32).map(|k| p.count_probability(TICK_S, k)).collect()
             })
             .collect();
-        let mut intervals = vec![Vec::with_capacity(g.len()); NUM_TICKS];
+        let mut intervals: Vec<Vec<Vec<f64>>> = (0..NUM_TICKS).map(|_| Vec::with_capacity(g.len())).collect();
         for c in 0..g.len() {
             let mut p = example.clone();
             p.set_certain(g.mid(c));
