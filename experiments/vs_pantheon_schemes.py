@@ -87,7 +87,7 @@ P95_TOLERANCE_MS = 5.0  # |Δ p95 one-way delay|
 KNOWN_TOLERANCE_PCT = 10.0  # throughput and p95 against Pantheon's 2017 table
 
 #: The 2017 labels with an upstream build (run in the matrix by default).
-LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat")
+LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "sprout")
 #: Labels scored on the known emulator besides those: ours for each is a kernel scheme or a port.
 KNOWN_EXTRA = ("default_tcp", "vegas", "quic")
 #: Labels whose scheme here is the kernel's own (not a port): the registry scheme that runs.
@@ -97,6 +97,13 @@ RUN_FIRST_TIMEOUT_S = 20.0
 #: starts (i - 1) x 10 s after the first, all stop at the end of a 30 s run.
 FLOW_INTERVAL_S = 10.0
 MULTI_FLOW_RUNTIME_S = 30.0
+#: Upstream programs whose first side cannot listen on the port it is given: it binds a port of
+#: its own choosing and prints it, and Pantheon's harness read that line. sprout's server
+#: (alfalfa edcb255 sproutbt2, network.cc try_bind) binds the first free UDP port of 60001-60999
+#: and prints "Listening on port: N"; in the engine's own namespaces, where it is the only
+#: listener (one flow), that is 60001, so the second side is given 60001. Were it another, the
+#: sender would reach nothing and the run would fail its validity check (no data), not pass.
+OWN_PORT = {"sprout": 60001}
 METRICS = ("tput", "mean", "p95", "loss")
 
 
@@ -211,9 +218,23 @@ def reference_scheme(label: str, directory: Path, upstream: str = "") -> Scheme 
         return None
     run_first, reason = ask_run_first([str(program)])
     what = f"reference build of {upstream}" if upstream else "reference build"
-    return Scheme(name=f"upstream-{label}", run_first=run_first or "receiver", program=(str(program),),
+    fields = dict(name=f"upstream-{label}", run_first=run_first or "receiver", program=(str(program),),
                   aliases=(label,), description=f"{what}: {program}", kind="reference-build",
                   available=run_first is not None, unavailable_reason=reason)
+    if label in OWN_PORT:
+        return OwnPortScheme(**fields, own_port=OWN_PORT[label])  # type: ignore[arg-type]
+    return Scheme(**fields)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class OwnPortScheme(Scheme):
+    """An upstream program whose first side binds `own_port` whatever port it is given
+    (OWN_PORT): the second side connects to that port instead of the harness's."""
+
+    own_port: int = 0
+
+    def argv(self, side: Side, port: int, address: str | None = None) -> list[str]:
+        return super().argv(side, port if side == self.run_first else self.own_port, address)
 
 
 def upstream_schemes(labels: Iterable[str], ports: Mapping[str, Port], reference_dir: Path,

@@ -53,9 +53,25 @@ def test_the_ports_are_the_registrys_port_of_entries_for_an_era(bench):
     ports = bench.ports_of(registry, "2017")
     assert {label: p.name for label, p in ports.items()} == {
         "saturator": "saturator-2017", "greg_saturator": "greg_saturator-2017", "koho_cc": "koho_cc-2017",
-        "copa": "copa-2017", "ledbat": "ledbat-2017", "vegas": "vegas-2017", "quic": "quic-2017"}
+        "copa": "copa-2017", "ledbat": "ledbat-2017", "vegas": "vegas-2017", "quic": "quic-2017",
+        "sprout": "sprout-2017"}
     assert set(bench.ports_of(registry, "2018")) == {"ledbat", "vegas"}
     assert "genericCC" in ports["copa"].upstream
+
+
+def test_an_upstream_that_binds_its_own_port_is_connected_to_on_that_port(bench, tmp_path):
+    # sprout's server binds the first free port of 60001-60999 whatever it is given.
+    program = tmp_path / "sprout"
+    program.write_text("#!/bin/sh\n[ \"$1\" = run_first ] && echo receiver\n")
+    program.chmod(0o755)
+    scheme = bench.reference_scheme("sprout", tmp_path, "alfalfa")
+    assert scheme.available and scheme.run_first == "receiver"
+    assert scheme.argv("receiver", 50001) == [str(program), "receiver", "50001"]
+    assert scheme.argv("sender", 50001, "10.0.0.1") == [str(program), "sender", "10.0.0.1", "60001"]
+    assert "60001" in scheme.command("sender", 50001)
+    (tmp_path / "koho_cc").write_bytes(program.read_bytes())
+    (tmp_path / "koho_cc").chmod(0o755)
+    assert bench.reference_scheme("koho_cc", tmp_path).argv("sender", 50001, "h")[-1] == "50001"
 
 
 @pytest.mark.parametrize("d_tput, d_p95, sd_tput, sd_p95, expected", [

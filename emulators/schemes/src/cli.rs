@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::net;
-use crate::registry::{self, Implementation, RunFirst, Scheme};
+use crate::registry::{self, Implementation, RunFirst, Scheme, UdpCc};
 use crate::stats::Stats;
-use crate::{quic, tcp, transport};
+use crate::{quic, sprout, tcp, transport};
 
 pub const USAGE: &str = "usage: calibrate-scheme list [--json] | SCHEME run_first | \
 SCHEME receiver PORT | SCHEME sender IP PORT (receiver-first) | SCHEME sender PORT | \
@@ -129,11 +129,16 @@ fn run_endpoint(scheme: &Scheme, role: RunFirst, listen: Option<u16>, peer: Opti
         (Implementation::Quic(cc), RunFirst::Receiver) => {
             quic::run_receiver(*cc, peer.expect("checked"), stats, timeout)
         }
+        (Implementation::Udp(UdpCc::Sprout2017), RunFirst::Receiver) => {
+            sprout::run_receiver(listen.expect("checked"), stats)
+        }
+        (Implementation::Udp(UdpCc::Sprout2017), RunFirst::Sender) => sprout::run_sender(peer.expect("checked"), stats),
         (Implementation::Udp(_), RunFirst::Receiver) => transport::run_receiver(listen.expect("checked"), stats),
         (Implementation::Udp(cc), RunFirst::Sender) => {
             let peer = peer.expect("checked");
             let mss = transport::wire::data_payload_bytes(&peer) as u64;
-            transport::run_sender(peer, cc.controller(mss), stats, timeout)
+            let controller = cc.controller(mss).ok_or_else(|| format!("{} has no transport controller", cc.name()))?;
+            transport::run_sender(peer, controller, stats, timeout)
         }
     }
 }

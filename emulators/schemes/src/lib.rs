@@ -19,6 +19,7 @@ pub mod net;
 pub mod quic;
 pub mod registry;
 pub mod signals;
+pub mod sprout;
 pub mod stats;
 pub mod tcp;
 pub mod transport;

@@ -53,11 +53,13 @@ pub enum UdpCc {
     Copa2017,
     Ledbat2017,
     Vegas2017,
+    /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
+    Sprout2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 10] = [
+    pub const ALL: [UdpCc; 11] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -68,6 +70,7 @@ impl UdpCc {
         UdpCc::Copa2017,
         UdpCc::Ledbat2017,
         UdpCc::Vegas2017,
+        UdpCc::Sprout2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -83,6 +86,7 @@ impl UdpCc {
             UdpCc::Copa2017 => "copa-2017",
             UdpCc::Ledbat2017 => "ledbat-2017",
             UdpCc::Vegas2017 => "vegas-2017",
+            UdpCc::Sprout2017 => "sprout-2017",
         }
     }
 
@@ -90,8 +94,9 @@ impl UdpCc {
         UdpCc::ALL.into_iter().find(|cc| cc.name() == name)
     }
 
-    pub fn controller(self, mss: u64) -> Box<dyn Controller> {
-        match self {
+    /// The controller over our transport; None for a scheme with its own endpoints (sprout).
+    pub fn controller(self, mss: u64) -> Option<Box<dyn Controller>> {
+        Some(match self {
             UdpCc::Vegas => Box::new(cc::Vegas::new(mss)),
             UdpCc::Copa => Box::new(cc::Copa::new(mss)),
             UdpCc::Ledbat => Box::new(cc::Ledbat::new(mss)),
@@ -102,7 +107,8 @@ impl UdpCc {
             UdpCc::Copa2017 => Box::new(cc::Copa2017::new(mss)),
             UdpCc::Ledbat2017 => Box::new(cc::Ledbat2017::new(mss)),
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
-        }
+            UdpCc::Sprout2017 => return None,
+        })
     }
 }
 
