@@ -53,11 +53,12 @@ pub enum UdpCc {
     Copa2017,
     Ledbat2017,
     Vegas2017,
+    Pcc2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 10] = [
+    pub const ALL: [UdpCc; 11] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -68,6 +69,7 @@ impl UdpCc {
         UdpCc::Copa2017,
         UdpCc::Ledbat2017,
         UdpCc::Vegas2017,
+        UdpCc::Pcc2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -83,6 +85,7 @@ impl UdpCc {
             UdpCc::Copa2017 => "copa-2017",
             UdpCc::Ledbat2017 => "ledbat-2017",
             UdpCc::Vegas2017 => "vegas-2017",
+            UdpCc::Pcc2017 => "pcc-2017",
         }
     }
 
@@ -102,8 +105,18 @@ impl UdpCc {
             UdpCc::Copa2017 => Box::new(cc::Copa2017::new(mss)),
             UdpCc::Ledbat2017 => Box::new(cc::Ledbat2017::new(mss)),
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
+            // Upstream seeds glibc's rand() with the clock: each run draws differently.
+            UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
         }
     }
+}
+
+/// A seed that differs from run to run (the clock and the process id).
+fn run_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
