@@ -440,8 +440,15 @@ impl Pcc2017 {
             (5000.0 / self.period_us).max(10.0) as u32
         };
         self.monitor_ttl = length;
-        self.monitors[id as usize] =
-            Monitor { state: 1, total: length, reported: 0, start: now, end_transmission: now, rtt_sum_us: 0.0, rtt_count: 0 };
+        self.monitors[id as usize] = Monitor {
+            state: 1,
+            total: length,
+            reported: 0,
+            start: now,
+            end_transmission: now,
+            rtt_sum_us: 0.0,
+            rtt_count: 0,
+        };
         self.ranges.push_back((next_seq, id));
         while self.ranges.len() > MAX_MONITOR_NUMBER {
             self.ranges.pop_front();
