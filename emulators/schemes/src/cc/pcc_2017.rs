@@ -267,8 +267,8 @@ impl Allegro {
         }
 
         if self.recording_guess_result {
-            for i in 0..NUMBER_OF_PROBE {
-                if end_monitor == self.monitor_bucket[i] {
+            for (i, &m) in self.monitor_bucket.iter().enumerate() {
+                if end_monitor == m {
                     self.recorded_number += 1;
                     self.utility_bucket[i] = u;
                 }
