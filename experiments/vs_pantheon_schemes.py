@@ -2,7 +2,7 @@
 differential benchmark.
 
 For every row of the matrix and every Pantheon label (saturator, greg_saturator, koho_cc, copa,
-ledbat by default) it runs the UPSTREAM build and OUR PORT over the same engine emulator,
+ledbat, pcc by default) it runs the UPSTREAM build and OUR PORT over the same engine emulator,
 alternating (which side goes first alternates per replicate), `--replicates` times each, in
 Pantheon-style runs (`calibrate.scripted.run_scheme`: throughput, mean and p95 one-way delay,
 loss). A replicate's two runs share the emulator's traces and loss draws (loss seed
@@ -87,7 +87,7 @@ P95_TOLERANCE_MS = 5.0  # |Δ p95 one-way delay|
 KNOWN_TOLERANCE_PCT = 10.0  # throughput and p95 against Pantheon's 2017 table
 
 #: The 2017 labels with an upstream build (run in the matrix by default).
-LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "sprout")
+LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "sprout", "pcc")
 #: Labels scored on the known emulator besides those: ours for each is a kernel scheme or a port.
 KNOWN_EXTRA = ("default_tcp", "vegas", "quic")
 #: Labels whose scheme here is the kernel's own (not a port): the registry scheme that runs.

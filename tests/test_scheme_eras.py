@@ -78,7 +78,7 @@ def test_kernel_tcp_and_pantheons_wrappers_are_faithful_by_construction():
 def test_every_port_in_the_registry_file_names_a_label_and_an_era():
     ports = [e for e in ENTRIES if e.port_of is not None]
     assert {e.port_of.label for e in ports if e.port_of} >= {
-        "saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "vegas", "quic"}
+        "saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "vegas", "quic", "pcc"}
     for e in ports:
         assert e.implementation is not None and e.port_of is not None and e.port_of.upstream
         assert e.name in {p.name for p in ports_of(e.port_of.label, e.port_of.eras[0])}

@@ -53,6 +53,7 @@ pub enum UdpCc {
     Copa2017,
     Ledbat2017,
     Vegas2017,
+    Pcc2017,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
 }
@@ -71,6 +72,7 @@ impl UdpCc {
         UdpCc::Ledbat2017,
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
+        UdpCc::Pcc2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -87,6 +89,7 @@ impl UdpCc {
             UdpCc::Ledbat2017 => "ledbat-2017",
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
+            UdpCc::Pcc2017 => "pcc-2017",
         }
     }
 
@@ -107,9 +110,17 @@ impl UdpCc {
             UdpCc::Copa2017 => Box::new(cc::Copa2017::new(mss)),
             UdpCc::Ledbat2017 => Box::new(cc::Ledbat2017::new(mss)),
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
+            // Upstream seeds glibc's rand() with the clock: each run draws differently.
+            UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
             UdpCc::Sprout2017 => return None,
         })
     }
+}
+
+/// A seed that differs from run to run (the clock and the process id).
+fn run_seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

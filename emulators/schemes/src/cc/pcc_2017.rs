@@ -1,0 +1,707 @@
+//! pcc as Pantheon ran it in 2017: PCC Allegro, the UDT-based sender of modong/pcc at commit
+//! `1afc958` (`sender/app/cc.h` class `BBCC`, the monitor machinery in `sender/src/core.cpp`,
+//! the receiver's reports in `receiver/src/core.cpp`), with Pantheon's `src/pcc_mtu.patch`
+//! (StanfordSNR/pantheon `c3ff6bc`) that makes UDT's MSS 1464 bytes.
+//!
+//! Sending is paced only: one packet every `period = 1464·8 / rate` µs, rate in Mbit/s
+//! (`BBCC::setRate`); the window (100 000 packets) never binds, loss and timeouts change
+//! nothing directly (`onLoss`, `onTimeout`, `onACK` are empty).
+//!
+//! Monitor intervals (MIs, `CUDT::start_monitor`, `CUDT::packData`), numbered 0..99 in a ring:
+//!
+//! * An MI is a count of packets. It starts when the packet before it leaves (the first
+//!   one with the first packet): the controller's `onMonitorStart` may set a new rate, then
+//!   `length = RTT·(1.5 + {0, 0.1, 0.2} at random)/period` packets if `RTT·1.1/period > 10`,
+//!   else `max(10, 5000/period)`, truncated; RTT is UDT's smoothed RTT in µs (the
+//!   receiver's EWMA, 7/8 old + 1/8 new, of one ACK/ACK2 sample per 10 ms ACK timer, starting
+//!   at 100 ms, copied to the sender by each ACK).
+//! * The receiver reports the MI number of every arriving packet, in batches of 20
+//!   (`CUDT::processData`, the 0x7FFF control message). For each batch the sender adds one
+//!   RTT sample (now − send time of the batch's last packet) to the MI of that last packet.
+//! * For each reported packet of MI m, every MI from m−1 back towards the current (sending)
+//!   MI that has sent all its packets and not yet ended ends, newest first, with: its
+//!   packet count `t`, the unreported ones `l` (lost), `T` = time from its start to its last
+//!   send (s), and — a quirk kept — the mean RTT of the batch's last packet's MI, not its own.
+//!
+//! The controller (`BBCC::onMonitorStart`, `BBCC::onMonitorEnds`), rates in Mbit/s:
+//!
+//! * Utility: `u = ((t−l)/T · (1 − σ(100(l/t − 0.05))) · (1 − σ(10(1 − rtt_prev/rtt))) − l/T)
+//!   / rtt · 1000` with σ the logistic function, rtt in µs and rtt_prev the rtt of the
+//!   previous MI to end; halved for MI 0 during start-up.
+//! * Start-up: rate 1; each new MI doubles it. While MIs end in order with rising utility the
+//!   best is remembered; the first that does not rise, or that ends out of order, ends
+//!   start-up at the best MI's rate.
+//! * Decision: the next 4 MIs probe `rate·(1 ± k·0.01)` as two pairs, each pair's order random
+//!   (k counts consecutive guesses, 1..5); the rate then stays at the 4th probe until all 4
+//!   have ended. Each pair votes for the side whose higher rate had the higher utility; a
+//!   tie guesses again, otherwise the rate moves by `(k/2 + 1)·0.01·rate` that way.
+//! * Moving: at the end of the first MI started after a move, the step grows to `n·0.01·rate`
+//!   (n = 2, 3, ...) in the same direction for as long as each such MI's utility beats the
+//!   previous; the first that does not steps back once and guesses again. Before each
+//!   step, a rate above 200 Mbit/s and 30 above the MI's sent rate `t·12/T/1000` is reset to it.
+//!
+//! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
+//! 20 reports is the ACK of every 20th packet to arrive, and the RTT samples of the ACK timer
+//! are the ACK RTTs at most one per 10 ms. UDT retransmits lost packets (each counted in the
+//! MI in which it is resent); our transport sends a new packet in that slot instead, the
+//! same packet count and pacing on the wire. The random choices (glibc `rand()` seeded with
+//! the clock upstream) come from a seeded generator.
+
+use std::time::Duration;
+
+use super::{AckEvent, Controller, LossEvent};
+
+/// UDT's MSS after Pantheon's patch: one IP packet, headers included.
+pub const MSS_BYTES: u64 = 1464;
+/// UDP payload of one data packet: the MSS less the IPv4 and UDP headers.
+pub const PAYLOAD_BYTES: u64 = MSS_BYTES - 28;
+pub const GRANULARITY: f64 = 0.01;
+pub const NUMBER_OF_PROBE: usize = 4;
+pub const MAX_CONTINUOUS_GUESS: u32 = 5;
+/// MIs are numbered in a ring of this size.
+pub const MAX_MONITOR_NUMBER: usize = 100;
+/// Packets per receiver report.
+pub const REPORT_BATCH: usize = 20;
+/// UDT's initial RTT (10 × the 10 ms SYN interval), µs.
+pub const INITIAL_RTT_US: i64 = 100_000;
+/// UDT's ACK timer: one RTT sample per this interval.
+pub const ACK_INTERVAL: Duration = Duration::from_millis(10);
+/// The rate before the first MI (cc.h: `current_rate = previous_rate = 1`).
+pub const INITIAL_RATE_MBPS: f64 = 1.0;
+/// The pacing period before the first MI starts, µs.
+pub const INITIAL_PERIOD_US: f64 = 10_000.0;
+
+/// A small deterministic generator (SplitMix64) standing in for glibc's `rand()`.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..n, as `rand() % n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        (self.next_u64() >> 33) % n
+    }
+}
+
+/// The logistic function σ(x) = 1/(1 + e^−x).
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Allegro's utility of one MI (cc.h:303): `total` packets, `lost` of them lost, `secs` long,
+/// `rtt_us` its mean RTT and `prev_rtt_us` that of the MI before.
+pub fn utility(total: f64, lost: f64, secs: f64, rtt_us: f64, prev_rtt_us: f64) -> f64 {
+    let loss_penalty = 1.0 - sigmoid(100.0 * (lost / total - 0.05));
+    let rtt_penalty = 1.0 - sigmoid(10.0 * (1.0 - prev_rtt_us / rtt_us));
+    ((total - lost) / secs * loss_penalty * rtt_penalty - lost / secs) / rtt_us * 1000.0
+}
+
+/// Allegro's decision logic (`BBCC`), fed MI starts and ends; rates in Mbit/s.
+#[derive(Clone, Debug)]
+pub struct Allegro {
+    pub starting_phase: bool,
+    start_rate: [f64; MAX_MONITOR_NUMBER],
+    start_previous_monitor: i32,
+    start_previous_utility: f64,
+    previous_rtt: f64,
+    make_guess: bool,
+    guess_time: usize,
+    continuous_guess_count: u32,
+    recording_guess_result: bool,
+    recorded_number: usize,
+    rate_bucket: [f64; NUMBER_OF_PROBE],
+    monitor_bucket: [i32; NUMBER_OF_PROBE],
+    utility_bucket: [f64; NUMBER_OF_PROBE],
+    moving_phase_initial: bool,
+    moving_phase: bool,
+    target_monitor: i32,
+    change_direction: f64,
+    change_intense: u32,
+    pub current_rate: f64,
+    previous_rate: f64,
+    previous_utility: f64,
+    /// The rate the sender paces at (what `setRate` was last given), Mbit/s.
+    pub send_rate: Option<f64>,
+}
+
+impl Default for Allegro {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Allegro {
+    pub fn new() -> Self {
+        Self {
+            starting_phase: true,
+            start_rate: [0.0; MAX_MONITOR_NUMBER],
+            start_previous_monitor: -1,
+            start_previous_utility: -10_000.0,
+            previous_rtt: 0.0,
+            make_guess: false,
+            guess_time: 0,
+            continuous_guess_count: 0,
+            recording_guess_result: false,
+            recorded_number: 0,
+            rate_bucket: [0.0; NUMBER_OF_PROBE],
+            monitor_bucket: [0; NUMBER_OF_PROBE],
+            utility_bucket: [0.0; NUMBER_OF_PROBE],
+            moving_phase_initial: false,
+            moving_phase: false,
+            target_monitor: 0,
+            change_direction: 0.0,
+            change_intense: 1,
+            current_rate: INITIAL_RATE_MBPS,
+            previous_rate: INITIAL_RATE_MBPS,
+            previous_utility: 0.0,
+            send_rate: None,
+        }
+    }
+
+    fn set_rate(&mut self, mbps: f64) {
+        self.send_rate = Some(mbps);
+    }
+
+    /// `onMonitorStart` (cc.h:200-285): MI `monitor` begins.
+    pub fn on_monitor_start(&mut self, monitor: i32, rng: &mut Rng) {
+        if self.starting_phase {
+            let rate = self.previous_rate * 2.0;
+            self.start_rate[monitor as usize] = rate;
+            self.previous_rate = rate;
+            self.set_rate(rate);
+            return;
+        }
+        if self.make_guess {
+            if self.guess_time == 0 && self.continuous_guess_count == MAX_CONTINUOUS_GUESS {
+                self.continuous_guess_count = 0;
+            }
+            if self.guess_time == 0 {
+                self.recording_guess_result = true;
+                self.continuous_guess_count += 1;
+                let step = self.continuous_guess_count as f64 * GRANULARITY * self.current_rate;
+                for pair in (0..NUMBER_OF_PROBE).step_by(2) {
+                    let dir = (rng.below(2) * 2) as f64 - 1.0;
+                    self.rate_bucket[pair] = self.current_rate + dir * step;
+                    self.rate_bucket[pair + 1] = self.current_rate - dir * step;
+                }
+                for (i, m) in self.monitor_bucket.iter_mut().enumerate() {
+                    *m = (monitor + i as i32) % MAX_MONITOR_NUMBER as i32;
+                }
+            }
+            self.set_rate(self.rate_bucket[self.guess_time]);
+            self.guess_time += 1;
+            if self.guess_time == NUMBER_OF_PROBE {
+                self.make_guess = false;
+                self.guess_time = 0;
+            }
+        }
+        // (cc.h:260-283, the `continous_send` branch, never runs: nothing sets it.)
+    }
+
+    /// Back to guessing at `rate` after the rate outran what the MI sent (cc.h:436-456).
+    fn resync(&mut self, rate: f64) {
+        self.current_rate = rate;
+        self.make_guess = true;
+        self.moving_phase = false;
+        self.moving_phase_initial = false;
+        self.change_direction = 0.0;
+        self.change_intense = 1;
+        self.guess_time = 0;
+        self.continuous_guess_count = 0;
+        self.recording_guess_result = false;
+        self.recorded_number = 0;
+        self.set_rate(rate);
+    }
+
+    /// `onMonitorEnds` (cc.h:287-526): MI `end_monitor` ended while `current` is the
+    /// newest MI started.
+    pub fn on_monitor_end(&mut self, total: f64, lost: f64, secs: f64, current: i32, end_monitor: i32, rtt_us: f64) {
+        let t = total;
+        let l = lost.max(0.0);
+        if self.previous_rtt == 0.0 {
+            self.previous_rtt = rtt_us;
+        }
+        let mut u = utility(t, l, secs, rtt_us, self.previous_rtt);
+        self.previous_rtt = rtt_us;
+        if end_monitor == 0 && self.starting_phase {
+            u /= 2.0;
+        }
+
+        if self.starting_phase {
+            if end_monitor - 1 > self.start_previous_monitor {
+                // An MI ended before the one after the best: leave start-up at the best.
+                self.starting_phase = false;
+                self.make_guess = true;
+                let best = self.start_previous_monitor.max(0) as usize;
+                let rate = self.start_rate[best];
+                self.set_rate(rate);
+                self.current_rate = rate;
+                return;
+            }
+            if self.start_previous_utility < u {
+                self.start_previous_utility = u;
+                self.start_previous_monitor = end_monitor;
+                return;
+            }
+            self.starting_phase = false;
+            self.make_guess = true;
+            // start_previous_monitor is -1 only before any MI ended in order; upstream then
+            // reads start_rate_array[-1] (undefined); the first slot stands in.
+            let best = self.start_previous_monitor.max(0) as usize;
+            let rate = self.start_rate[best];
+            self.set_rate(rate);
+            self.current_rate = rate;
+            self.previous_rate = rate;
+            return;
+        }
+
+        if self.recording_guess_result {
+            for (i, &m) in self.monitor_bucket.iter().enumerate() {
+                if end_monitor == m {
+                    self.recorded_number += 1;
+                    self.utility_bucket[i] = u;
+                }
+            }
+            if self.recorded_number == NUMBER_OF_PROBE {
+                self.recorded_number = 0;
+                let mut decision = 0i32;
+                for pair in (0..NUMBER_OF_PROBE).step_by(2) {
+                    let (ua, ub) = (self.utility_bucket[pair], self.utility_bucket[pair + 1]);
+                    let (ra, rb) = (self.rate_bucket[pair], self.rate_bucket[pair + 1]);
+                    if (ua > ub && ra > rb) || (ua < ub && ra < rb) {
+                        decision += 1;
+                    } else {
+                        decision -= 1;
+                    }
+                }
+                self.recording_guess_result = false;
+                if decision == 0 {
+                    self.make_guess = true;
+                } else {
+                    self.change_direction = if decision > 0 { 1.0 } else { -1.0 };
+                    self.moving_phase_initial = true;
+                    self.change_intense = 1;
+                    let amount = (self.continuous_guess_count / 2 + 1) as f64
+                        * self.change_intense as f64
+                        * self.change_direction
+                        * GRANULARITY
+                        * self.current_rate;
+                    self.previous_utility = 0.0;
+                    self.continuous_guess_count = 0;
+                    self.previous_rate = self.current_rate;
+                    self.current_rate += amount;
+                    self.target_monitor = (current + 1) % MAX_MONITOR_NUMBER as i32;
+                    self.set_rate(self.current_rate);
+                }
+            }
+        }
+
+        let sent_mbps = t * 12.0 / secs / 1000.0;
+        if self.moving_phase_initial && end_monitor == self.target_monitor {
+            if self.current_rate > sent_mbps + 30.0 && self.current_rate > 200.0 {
+                self.resync(sent_mbps);
+                return;
+            }
+            self.target_monitor = (current + 1) % MAX_MONITOR_NUMBER as i32;
+            self.previous_rate = self.current_rate;
+            self.previous_utility = u;
+            self.change_intense += 1;
+            let amount = self.change_intense as f64 * GRANULARITY * self.current_rate * self.change_direction;
+            self.current_rate += amount;
+            self.set_rate(self.current_rate);
+            self.moving_phase_initial = false;
+            self.moving_phase = true;
+        }
+
+        if self.moving_phase && end_monitor == self.target_monitor {
+            if self.current_rate > sent_mbps + 30.0 && self.current_rate > 200.0 {
+                self.resync(sent_mbps);
+                return;
+            }
+            let amount_of = |s: &Self| s.change_intense as f64 * GRANULARITY * s.current_rate * s.change_direction;
+            if u > self.previous_utility {
+                self.target_monitor = (current + 1) % MAX_MONITOR_NUMBER as i32;
+                self.change_intense += 1;
+                self.previous_utility = u;
+                self.previous_rate = self.current_rate;
+                self.current_rate += amount_of(self);
+            } else {
+                self.moving_phase = false;
+                self.make_guess = true;
+                self.previous_utility = u;
+                self.previous_rate = self.current_rate;
+                self.current_rate -= amount_of(self);
+            }
+            self.set_rate(self.current_rate);
+        }
+    }
+}
+
+/// One MI's bookkeeping (core.h's per-monitor arrays).
+#[derive(Clone, Copy, Debug, Default)]
+struct Monitor {
+    /// 0 unused, 1 sending, 2 all sent, 3 ended.
+    state: u8,
+    total: u32,
+    /// Packets of it reported by the receiver.
+    reported: u32,
+    start: Duration,
+    end_transmission: Duration,
+    rtt_sum_us: f64,
+    rtt_count: u32,
+}
+
+/// The UDT sender's monitor machinery plus Allegro.
+#[derive(Clone, Debug)]
+pub struct Pcc2017 {
+    law: Allegro,
+    rng: Rng,
+    period_us: f64,
+    monitors: [Monitor; MAX_MONITOR_NUMBER],
+    current_monitor: i32,
+    monitor_ttl: u32,
+    /// MIs all sent and not yet ended.
+    left_monitor: u32,
+    /// (first sequence number, MI number) of the recent MIs, oldest first.
+    ranges: std::collections::VecDeque<(u64, i32)>,
+    /// MI numbers of the packets that arrived since the last report.
+    batch: Vec<i32>,
+    /// UDT's smoothed RTT, µs.
+    rtt_us: i64,
+    next_rtt_sample: Duration,
+    ended: u64,
+}
+
+impl Pcc2017 {
+    /// `mss` is ignored: upstream's packets are 1464-byte IP packets ([`PAYLOAD_BYTES`]).
+    pub fn new(_mss: u64) -> Self {
+        Self::with_seed(0x5eed_2017)
+    }
+
+    pub fn with_seed(seed: u64) -> Self {
+        Self {
+            law: Allegro::new(),
+            rng: Rng::new(seed),
+            period_us: INITIAL_PERIOD_US,
+            monitors: [Monitor::default(); MAX_MONITOR_NUMBER],
+            current_monitor: -1,
+            monitor_ttl: 0,
+            left_monitor: 0,
+            ranges: std::collections::VecDeque::new(),
+            batch: Vec::with_capacity(REPORT_BATCH),
+            rtt_us: INITIAL_RTT_US,
+            next_rtt_sample: Duration::ZERO,
+            ended: 0,
+        }
+    }
+
+    pub fn law(&self) -> &Allegro {
+        &self.law
+    }
+
+    /// The pacing rate, Mbit/s of 1464-byte packets.
+    pub fn rate_mbps(&self) -> f64 {
+        MSS_BYTES as f64 * 8.0 / self.period_us
+    }
+
+    /// MIs ended so far.
+    pub fn monitors_ended(&self) -> u64 {
+        self.ended
+    }
+
+    fn apply_rate(&mut self) {
+        if let Some(mbps) = self.law.send_rate {
+            self.period_us = MSS_BYTES as f64 * 8.0 / mbps;
+        }
+    }
+
+    /// `CUDT::start_monitor`: the next MI begins at `now` with the next packet.
+    fn start_monitor(&mut self, now: Duration, next_seq: u64) {
+        self.current_monitor = (self.current_monitor + 1) % MAX_MONITOR_NUMBER as i32;
+        let id = self.current_monitor;
+        self.law.on_monitor_start(id, &mut self.rng);
+        self.apply_rate();
+        let rand_factor = self.rng.below(3) as f64 / 10.0;
+        let rtt = self.rtt_us as f64;
+        let length = if rtt * 1.1 / self.period_us > 10.0 {
+            (rtt * (1.5 + rand_factor) / self.period_us) as u32
+        } else {
+            (5000.0 / self.period_us).max(10.0) as u32
+        };
+        self.monitor_ttl = length;
+        self.monitors[id as usize] = Monitor {
+            state: 1,
+            total: length,
+            reported: 0,
+            start: now,
+            end_transmission: now,
+            rtt_sum_us: 0.0,
+            rtt_count: 0,
+        };
+        self.ranges.push_back((next_seq, id));
+        while self.ranges.len() > MAX_MONITOR_NUMBER {
+            self.ranges.pop_front();
+        }
+    }
+
+    fn monitor_of(&self, seq: u64) -> Option<i32> {
+        let idx = self.ranges.partition_point(|&(first, _)| first <= seq);
+        (idx > 0).then(|| self.ranges[idx - 1].1)
+    }
+
+    /// A receiver report of the packets in `batch`, the last one sent at `last_sent`.
+    fn on_report(&mut self, now: Duration, last_sent: Duration) {
+        let Some(&last) = self.batch.last() else { return };
+        let mon = last as usize;
+        self.monitors[mon].rtt_count += 1;
+        self.monitors[mon].rtt_sum_us += now.saturating_sub(last_sent).as_micros() as f64;
+        let batch = std::mem::take(&mut self.batch);
+        for &m in &batch {
+            self.monitors[m as usize].reported += 1;
+            if self.left_monitor == 0 {
+                continue;
+            }
+            let ring = MAX_MONITOR_NUMBER as i32;
+            let mut tmp = (m + ring - 1) % ring;
+            while tmp != self.current_monitor {
+                let mi = self.monitors[tmp as usize];
+                if mi.state == 2 {
+                    self.monitors[tmp as usize].state = 3;
+                    self.left_monitor -= 1;
+                    self.ended += 1;
+                    let secs = mi.end_transmission.saturating_sub(mi.start).as_secs_f64();
+                    let rtt = self.monitors[mon].rtt_sum_us / self.monitors[mon].rtt_count as f64;
+                    self.law.on_monitor_end(
+                        mi.total as f64,
+                        mi.total as f64 - mi.reported as f64,
+                        secs,
+                        self.current_monitor,
+                        tmp,
+                        rtt,
+                    );
+                    self.apply_rate();
+                    if self.left_monitor == 0 {
+                        break;
+                    }
+                }
+                tmp = (tmp + ring - 1) % ring;
+            }
+        }
+        self.batch = batch;
+        self.batch.clear();
+    }
+}
+
+impl Controller for Pcc2017 {
+    fn name(&self) -> &'static str {
+        "pcc-2017"
+    }
+
+    fn on_ack(&mut self, ack: &AckEvent) {
+        // UDT's ACK timer: one RTT sample per 10 ms into the 7/8 EWMA.
+        if ack.now >= self.next_rtt_sample {
+            let sample = ack.rtt.as_micros() as i64;
+            self.rtt_us = (self.rtt_us * 7 + sample) >> 3;
+            self.next_rtt_sample = ack.now + ACK_INTERVAL;
+        }
+        let Some(m) = self.monitor_of(ack.seq) else { return };
+        self.batch.push(m);
+        if self.batch.len() == REPORT_BATCH {
+            self.on_report(ack.now, ack.sent_at);
+        }
+    }
+
+    fn on_loss(&mut self, _loss: &LossEvent) {}
+
+    fn on_send(&mut self, now: Duration, seq: u64) {
+        if self.monitor_ttl == 0 {
+            self.start_monitor(now, seq);
+        }
+        self.monitor_ttl -= 1;
+        if self.monitor_ttl == 0 {
+            let id = self.current_monitor as usize;
+            self.monitors[id].end_transmission = now;
+            self.monitors[id].state = 2;
+            self.left_monitor += 1;
+            self.start_monitor(now, seq + 1);
+        }
+    }
+
+    fn cwnd(&self) -> u64 {
+        // UDT's window of 100 000 packets never binds.
+        u64::MAX / 4
+    }
+
+    fn pacing_rate(&self, _srtt: Duration) -> f64 {
+        PAYLOAD_BYTES as f64 / (self.period_us * 1e-6)
+    }
+
+    fn payload_bytes(&self) -> Option<u64> {
+        Some(PAYLOAD_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{run, Link};
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn utility_matches_hand_computed_values() {
+        // No loss, no RTT change: (t/T · (1 - σ(-5)) · (1 - σ(0))) / rtt · 1000.
+        // t = 100, T = 0.1 s, rtt = 50 000 µs: 1000 · 0.993307 · 0.5 / 50 000 · 1000 = 9.933071.
+        let u = utility(100.0, 0.0, 0.1, 50_000.0, 50_000.0);
+        assert!((u - 9.933_071).abs() < 1e-5, "{u}");
+        // 5 % loss: σ(0) = 0.5 on the loss term; (95/0.1 · 0.5 · 0.5 - 5/0.1)/50 000 · 1000
+        // = (237.5 - 50)/50 = 3.75.
+        let u = utility(100.0, 5.0, 0.1, 50_000.0, 50_000.0);
+        assert!((u - 3.75).abs() < 1e-9, "{u}");
+        // RTT grew 10 %: 1 - σ(10 · (1 - 1/1.1)) = 1 - σ(0.909091) = 0.287186;
+        // 1000 · 0.993307 · 0.287186 / 55 000 · 1000 = 5.186615.
+        let u = utility(100.0, 0.0, 0.1, 55_000.0, 50_000.0);
+        assert!((u - 5.186_615).abs() < 1e-5, "{u}");
+        // 20 % loss all but zeroes the first term: (80/0.1 · 3.06e-7 · 0.5 - 200)/50 000 · 1000.
+        let u = utility(100.0, 20.0, 0.1, 50_000.0, 50_000.0);
+        assert!((u - (-4.0 + 800.0 * sigmoid(-15.0) * 0.5 / 50.0)).abs() < 1e-9, "{u}");
+    }
+
+    #[test]
+    fn pacing_period_is_the_mss_over_the_rate() {
+        let mut p = Pcc2017::with_seed(1);
+        assert_eq!(p.payload_bytes(), Some(1436));
+        // The first packet starts MI 0, which doubles the rate from 1 to 2 Mbit/s.
+        p.on_send(ms(0), 0);
+        assert_eq!(p.law().send_rate, Some(2.0));
+        assert!((p.period_us - 5856.0).abs() < 1e-9);
+        assert!((p.pacing_rate(ms(0)) - 1436.0 / 5856e-6).abs() < 1e-6);
+        // 100 ms initial RTT: 100 000 · 1.1 / 5856 > 10, so 100 000 · (1.5..1.7) / 5856 packets.
+        let len = p.monitors[0].total;
+        assert!([25, 27, 29].contains(&len), "{len}");
+    }
+
+    #[test]
+    fn short_rtt_gives_the_floor_length() {
+        let mut p = Pcc2017::with_seed(1);
+        p.rtt_us = 1000;
+        p.on_send(ms(0), 0);
+        // 1000 · 1.1 / 5856 < 10: max(10, 5000/5856) = 10 packets.
+        assert_eq!(p.monitors[0].total, 10);
+    }
+
+    /// Feeds MI ends to the law with a given utility shape.
+    fn end(law: &mut Allegro, lost: f64, current: i32, mi: i32) {
+        law.on_monitor_end(100.0, lost, 0.1, current, mi, 50_000.0);
+    }
+
+    #[test]
+    fn start_up_doubles_then_falls_back_to_the_best_mi() {
+        let mut law = Allegro::new();
+        let mut rng = Rng::new(3);
+        for mi in 0..4 {
+            law.on_monitor_start(mi, &mut rng);
+        }
+        assert_eq!(law.send_rate, Some(16.0));
+        // MI 0 (halved), 1 rise; MI 2 loses 10 %: start-up ends at MI 1's 4 Mbit/s.
+        end(&mut law, 0.0, 3, 0);
+        end(&mut law, 0.0, 3, 1);
+        assert!(law.starting_phase);
+        end(&mut law, 10.0, 3, 2);
+        assert!(!law.starting_phase);
+        assert_eq!(law.current_rate, 4.0);
+        assert_eq!(law.send_rate, Some(4.0));
+    }
+
+    #[test]
+    fn guesses_in_pairs_and_moves_with_accelerating_steps() {
+        let mut law = Allegro::new();
+        let mut rng = Rng::new(7);
+        law.on_monitor_start(0, &mut rng);
+        law.on_monitor_start(1, &mut rng);
+        end(&mut law, 0.0, 1, 0);
+        end(&mut law, 10.0, 1, 1);
+        assert_eq!(law.current_rate, 2.0);
+        // The next 4 MIs probe 2 · (1 ± 0.01); the 4th rate stays afterwards.
+        for mi in 2..6 {
+            law.on_monitor_start(mi, &mut rng);
+        }
+        let probes = law.rate_bucket;
+        for pair in [0, 2] {
+            let mut p = [probes[pair], probes[pair + 1]];
+            p.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            assert!((p[0] - 1.98).abs() < 1e-12 && (p[1] - 2.02).abs() < 1e-12, "{probes:?}");
+        }
+        law.on_monitor_start(6, &mut rng);
+        assert_eq!(law.send_rate, Some(probes[3]));
+        // The higher rate has the higher utility in both pairs (lower loss): move up by
+        // (1/2 + 1) · 0.01 · 2 = 0.02.
+        for (i, mi) in (2..6).enumerate() {
+            let lost = if probes[i] > 2.0 { 0.0 } else { 1.0 };
+            end(&mut law, lost, 6, mi);
+        }
+        assert!((law.current_rate - 2.02).abs() < 1e-12);
+        // MI 7 is the target: its end steps by 2 · 0.01 · rate, then 3 ·, while utility rises.
+        law.on_monitor_start(7, &mut rng);
+        end(&mut law, 3.0, 7, 7);
+        assert!((law.current_rate - 2.02 * 1.02).abs() < 1e-12);
+        law.on_monitor_start(8, &mut rng);
+        end(&mut law, 2.0, 8, 8);
+        let r = 2.02 * 1.02 * 1.03;
+        assert!((law.current_rate - r).abs() < 1e-12);
+        // Utility falls: one step back (3 · 0.01 of the current rate), then guess again.
+        law.on_monitor_start(9, &mut rng);
+        end(&mut law, 4.0, 9, 9);
+        assert!((law.current_rate - r * 0.97).abs() < 1e-12);
+        law.on_monitor_start(10, &mut rng);
+        assert!(law.rate_bucket.iter().all(|&b| (b - law.current_rate).abs() > 1e-9));
+    }
+
+    #[test]
+    fn a_tied_vote_guesses_again_with_a_larger_step() {
+        let mut law = Allegro::new();
+        let mut rng = Rng::new(11);
+        law.on_monitor_start(0, &mut rng);
+        law.on_monitor_start(1, &mut rng);
+        end(&mut law, 0.0, 1, 0);
+        end(&mut law, 10.0, 1, 1);
+        for mi in 2..6 {
+            law.on_monitor_start(mi, &mut rng);
+        }
+        let probes = law.rate_bucket;
+        // First pair votes up, second down.
+        for (i, mi) in (2..6).enumerate() {
+            let higher = probes[i] > 2.0;
+            let lost = if (i < 2) == higher { 0.0 } else { 1.0 };
+            end(&mut law, lost, 5, mi);
+        }
+        assert_eq!(law.current_rate, 2.0);
+        law.on_monitor_start(6, &mut rng);
+        let mut p = [law.rate_bucket[0], law.rate_bucket[1]];
+        p.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        assert!((p[0] - 1.96).abs() < 1e-12 && (p[1] - 2.04).abs() < 1e-12, "{p:?}");
+    }
+
+    #[test]
+    fn converges_near_the_link_rate() {
+        let link = Link { rate_bits_per_s: 12e6, one_way_delay: ms(20), queue_packets: 100 };
+        let out = run(Box::new(Pcc2017::with_seed(5)), &link, Duration::from_secs(30));
+        let u = out.utilization();
+        assert!(u > 0.85, "utilization {u}");
+        let p95 = out.delay_percentile_ms(95.0, Duration::from_secs(10));
+        assert!(p95 < 20.0 + 100.0 * 1.0 + 5.0, "p95 {p95}");
+    }
+}
