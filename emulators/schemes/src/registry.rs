@@ -60,7 +60,7 @@ pub enum UdpCc {
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 11] = [
+    pub const ALL: [UdpCc; 12] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
