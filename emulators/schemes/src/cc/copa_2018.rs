@@ -210,7 +210,6 @@ pub enum Mode {
 
 #[derive(Clone, Debug)]
 pub struct Copa2018 {
-    mss: u64,
     // MarkovianCC state.
     window: f64,
     delta: f64,
@@ -242,9 +241,9 @@ pub struct Copa2018 {
 }
 
 impl Copa2018 {
+    /// `_mss` is the transport's packet: upstream's datagram has its own size.
     pub fn new(_mss: u64) -> Self {
         let mut c = Self {
-            mss: DATAGRAM_BYTES,
             window: PROBE_PACKETS,
             delta: 1.0,
             mode: Mode::Default,
