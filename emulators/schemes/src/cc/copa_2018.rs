@@ -388,9 +388,10 @@ impl Copa2018 {
     ///
     /// After each pass upstream sets `last_send = now` if the pacer lags by a gap or more or
     /// `seq ≥ largest_ack + W`, then polls the socket for `min(1000, last_send + intersend −
-    /// now)` ms, truncated to whole ms (0: a busy loop of passes). While `seq ≥ largest_ack
-    /// + W` every pass resets `last_send`, so it stands at the last poll before `now`: `now`
-    /// itself when the gap is under 1 ms, else the last of the passes a whole-ms gap apart.
+    /// now)` ms, truncated to whole ms (0: a busy loop of passes). While
+    /// `seq ≥ largest_ack + W` every pass resets `last_send`, so it stands at the last poll
+    /// before `now`: `now` itself when the gap is under 1 ms, else the last of the passes a
+    /// whole-ms gap apart.
     /// (Below that bound the pacer timer sends at the gap's end, as upstream's polls do.)
     fn begin_pass(&mut self, now: f64) {
         if now <= self.pass_time {
