@@ -82,6 +82,9 @@ def test_every_port_in_the_registry_file_names_a_label_and_an_era():
     for e in ports:
         assert e.implementation is not None and e.port_of is not None and e.port_of.upstream
         assert e.name in {p.name for p in ports_of(e.port_of.label, e.port_of.eras[0])}
+    # Pantheon's copa changed with genericCC at the start of 2018: one port per era
+    assert [e.name for e in ports_of("copa", "2017")] == ["copa-2017"]
+    assert [e.name for e in ports_of("copa", "2018")] == ["copa-2018"]
     # today's stand-ins stay, under their own names, with their measured difference
     for name in ("udp-copa", "udp-vegas", "udp-ledbat", "udp-saturator", "quic-cubic"):
         entry = next(e for e in ENTRIES if e.name == name)

@@ -51,6 +51,7 @@ pub enum UdpCc {
     GregSaturator2017,
     KohoCc2017,
     Copa2017,
+    Copa2018,
     Ledbat2017,
     Vegas2017,
     Pcc2017,
@@ -60,7 +61,7 @@ pub enum UdpCc {
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 12] = [
+    pub const ALL: [UdpCc; 13] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -69,6 +70,7 @@ impl UdpCc {
         UdpCc::GregSaturator2017,
         UdpCc::KohoCc2017,
         UdpCc::Copa2017,
+        UdpCc::Copa2018,
         UdpCc::Ledbat2017,
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
@@ -86,6 +88,7 @@ impl UdpCc {
             UdpCc::GregSaturator2017 => "greg_saturator-2017",
             UdpCc::KohoCc2017 => "koho_cc-2017",
             UdpCc::Copa2017 => "copa-2017",
+            UdpCc::Copa2018 => "copa-2018",
             UdpCc::Ledbat2017 => "ledbat-2017",
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
@@ -108,6 +111,7 @@ impl UdpCc {
             UdpCc::GregSaturator2017 => Box::new(cc::GregSaturator2017::new(mss)),
             UdpCc::KohoCc2017 => Box::new(cc::KohoCc2017::new(mss)),
             UdpCc::Copa2017 => Box::new(cc::Copa2017::new(mss)),
+            UdpCc::Copa2018 => Box::new(cc::Copa2018::new(mss)),
             UdpCc::Ledbat2017 => Box::new(cc::Ledbat2017::new(mss)),
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
             // Upstream seeds glibc's rand() with the clock: each run draws differently.

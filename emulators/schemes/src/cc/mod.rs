@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub mod copa;
 pub mod copa_2017;
+pub mod copa_2018;
 pub mod greg_saturator_2017;
 pub mod koho_cc_2017;
 pub mod ledbat;
@@ -23,6 +24,7 @@ pub mod vegas_2017;
 
 pub use copa::Copa;
 pub use copa_2017::Copa2017;
+pub use copa_2018::Copa2018;
 pub use greg_saturator_2017::GregSaturator2017;
 pub use koho_cc_2017::KohoCc2017;
 pub use ledbat::Ledbat;
