@@ -616,6 +616,7 @@ def report(runs: pd.DataFrame, args: argparse.Namespace, ports: Mapping[str, Por
     labels = label_summary(rows)
     if (runs["bench"] == "matrix").any():
         show(f"Ports against their upstream builds, {args.replicates} × {args.runtime:g} s per side "
+             f"(3x rows: {max(args.runtime, MULTI_FLOW_RUNTIME_S):g} s) "
              f"(PASS: |Δtput| ≤ {TPUT_TOLERANCE_PCT:g} % and |Δp95| ≤ {P95_TOLERANCE_MS:g} ms, or within the "
              "upstream's own sd)", rows)
         show("Per label (|Δ| over the rows: throughput %, p95 ms, loss percentage points)", labels)
@@ -737,6 +738,12 @@ def main() -> int:
             for label in matrix_labels:
                 up, mine = upstream.get(label), ours.get(label)
                 if up is None or mine is None:
+                    continue
+                if row.flows > 1 and label in OWN_PORT:
+                    # its first sides all start at once, each binding the first free port: which
+                    # flow got which is a race this harness cannot see (Pantheon's read stdout)
+                    print(f"{row.name}: {label} skipped (its upstream picks its own ports: "
+                          "one flow only)", file=sys.stderr)
                     continue
                 jobs.append(Job("matrix", row.name, emulator, label, (("upstream", up), ("port", mine)),
                                 row.workload(args.runtime)))
