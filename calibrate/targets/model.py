@@ -83,8 +83,7 @@ class RunResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunResult:
         return cls(int(data["run"]),
-                   {key: Stats(float(v["tput"]), _opt(v.get("delay")), _opt(v.get("loss")))
-                    for key, v in data["flows"].items()},
+                   {key: Stats.from_json(v) for key, v in data["flows"].items()},
                    str(data.get("source", "")))
 
 
@@ -368,10 +367,6 @@ def check_flow_key(key: str, where: str, fix: str) -> None:
         raise InputError(f"{where}: flow key {key!r} is neither {TOTAL!r} nor a flow number; "
                          f"{fix}".replace("\n", " "))
     declared("flows", key, f"{where}: flow key", fix)
-
-
-def _opt(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def _flow_order(key: str) -> tuple[int, int]:
