@@ -75,6 +75,7 @@ class Server:
         return ssl.create_default_context(cafile=str(self.cert)) if self.cert else True
 
     def start(self, timeout: float = 60) -> Server:
+        self.root.mkdir(parents=True, exist_ok=True)  # for the log: the server makes the rest
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [*CALIBRATE, "serve", "--root", str(self.root), "--port", str(self.port), *self.args],

@@ -815,7 +815,8 @@ def test_clients_submit_wait_list_and_fetch(server, finished, tmp_path):
 
 def test_a_second_server_on_the_same_store_is_refused_naming_the_first(tmp_path):
     """Another --root, the same store: refused before it schedules anything (it would take the
-    first one's queued jobs and fail them), naming the first; started once the first stops."""
+    first one's queued jobs and fail them), naming the first, leaving no root of its own behind;
+    started once the first stops."""
     store = f"sqlite:///{tmp_path / 'shared.sqlite'}"
     second = ("serve", "--root", str(tmp_path / "second"), "--store", store, "--port", str(free_port()))
     with running_server(tmp_path / "first", store=store) as first:
@@ -826,6 +827,7 @@ def test_a_second_server_on_the_same_store_is_refused_naming_the_first(tmp_path)
                             f"http://127.0.0.1:{first.port}) runs the jobs of the store {store}; stop it, or give "
                             f"this one another --store"), lines
         assert first.get("/v1/status").status_code == 200  # the first one goes on
+        assert not (tmp_path / "second").exists()  # the refused one left no root behind
     assert stat.S_IMODE((tmp_path / "shared.sqlite-server.lock").stat().st_mode) == 0o600
     taken_over = Server(tmp_path / "second", first.token, free_port(), ("--store", store)).start()
     try:

@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import re
+import shutil
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -307,10 +308,17 @@ Authorized = Annotated[Caller, Depends(authorized)]
 
 def create_app(settings: ServiceSettings, *, store: Store | None = None) -> FastAPI:
     """The service over `settings`' root and store; its scheduler runs while the app does."""
+    fresh = not settings.root.exists()
     settings.make_dirs()
-    store = store or Store(settings.store)
-    scheduler = Scheduler(settings, store)
-    scheduler.claim()
+    try:
+        store = store or Store(settings.store)
+        scheduler = Scheduler(settings, store)
+        scheduler.claim()
+    except BaseException:
+        # a refused server leaves no root behind that it made itself
+        if fresh:
+            shutil.rmtree(settings.root, ignore_errors=True)
+        raise
     intake = Intake(settings, store, scheduler.wake)
     runs = views.Runs()
     plots = views.Plots()
