@@ -151,6 +151,11 @@ def test_three_flow_rows_run_pantheons_multi_flow_workload_and_show_each_flows_s
     (row,) = bench.summarize(runs).to_dict("records")
     assert row["Δtput %"] == 0 and row["pass"] == "PASS"
     assert row["worst |Δflow tput| %"] == pytest.approx(50.0)  # flow 3: 2 -> 3 Mbit/s
+    # the recorded runtime is --runtime, the 1-flow runs', not the 3-flow rows' 30 s
+    runs["flows"], runs["runtime"] = 3, 30.0
+    single = runs_frame(MATRIX_RUNS).assign(flows=1)
+    assert bench.single_flow_runtime(pd.concat([runs, single])) == 20.0
+    assert bench.single_flow_runtime(runs) == 30.0  # only 3-flow rows ran
 
 
 def test_the_known_emulator_is_set_beside_pantheons_table(bench):
