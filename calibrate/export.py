@@ -57,7 +57,7 @@ from calibrate.runs.calibration import Calibration
 from calibrate.runs.config import LINK_KINDS, emulator_of
 from calibrate.runs.journal import JOURNAL, RESULT, Evaluation, RunDir, jsonable, write_atomic
 from calibrate.runs.result import CalibrationResult
-from calibrate.scheme_registry import ENTRIES
+from calibrate.scheme_registry import ENTRIES, judge
 from calibrate.schemes import PANTHEON_PREFIX
 
 EXPORT_DIR = "export"
@@ -196,14 +196,12 @@ def scheme_fidelity(ours: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for label, name in ours.items():
         entry = entries.get(name)
-        if name.startswith(PANTHEON_PREFIX):
-            out[label] = {"ran_as": name, "faithful": True, "difference": "Pantheon's own wrapper"}
-        elif entry is None or entry.fidelity is None:
-            out[label] = {"ran_as": name, "faithful": False, "difference": "fidelity not measured"}
-        else:
-            out[label] = {"ran_as": name, "faithful": entry.fidelity.faithful,
-                          "difference": entry.fidelity.difference(),
-                          "fidelity": entry.fidelity.to_json()}
+        own_wrapper = name.startswith(PANTHEON_PREFIX)
+        fidelity = None if entry is None or own_wrapper else entry.fidelity
+        faithful, difference = judge(fidelity, own_wrapper)
+        out[label] = {"ran_as": name, "faithful": faithful, "difference": difference}
+        if fidelity is not None:
+            out[label]["fidelity"] = fidelity.to_json()
     return out
 
 

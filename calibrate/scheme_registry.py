@@ -153,6 +153,17 @@ class Fidelity:
         return f"against {self.against}{when}: " + "; ".join(parts)
 
 
+def judge(fidelity: Fidelity | None, own_wrapper: bool) -> tuple[bool, str]:
+    """Whether an implementation is, or measurably behaves as, the program Pantheon ran, and its
+    difference in a few words: Pantheon's own wrapper is; otherwise its measured fidelity says
+    (kernel TCP's by construction), and one never measured is not."""
+    if own_wrapper:
+        return True, "Pantheon's own wrapper"
+    if fidelity is None:
+        return False, "fidelity not measured"
+    return fidelity.faithful, fidelity.difference()
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One finding in an upstream repository, at a commit."""

@@ -48,6 +48,7 @@ from calibrate.scheme_registry import (
     canonical_scheme,
     implemented,
     impossibility,
+    judge,
 )
 
 Side = Literal["sender", "receiver"]
@@ -81,13 +82,11 @@ class Scheme:
     def faithful(self) -> bool:
         """Whether this is, or measurably behaves as, the program Pantheon ran: Pantheon's own
         wrapper, kernel TCP, or a port whose measured fidelity passed."""
-        return self.kind == "pantheon-wrapper" or (self.fidelity is not None and self.fidelity.faithful)
+        return judge(self.fidelity, self.kind == "pantheon-wrapper")[0]
 
     def difference(self) -> str:
         """Its measured difference from what Pantheon ran, in a few words."""
-        if self.kind == "pantheon-wrapper":
-            return "Pantheon's own wrapper"
-        return "fidelity not measured" if self.fidelity is None else self.fidelity.difference()
+        return judge(self.fidelity, self.kind == "pantheon-wrapper")[1]
 
     @property
     def run_second(self) -> Side:
