@@ -133,12 +133,20 @@ fn run_endpoint(scheme: &Scheme, role: RunFirst, listen: Option<u16>, peer: Opti
             sprout::run_receiver(listen.expect("checked"), stats)
         }
         (Implementation::Udp(UdpCc::Sprout2017), RunFirst::Sender) => sprout::run_sender(peer.expect("checked"), stats),
-        (Implementation::Udp(_), RunFirst::Receiver) => transport::run_receiver(listen.expect("checked"), stats),
+        // A sender-first UDP scheme (verus-2017): the sender listens, the receiver connects.
+        (Implementation::Udp(_), RunFirst::Receiver) => match listen {
+            Some(port) => transport::run_receiver(port, stats),
+            None => transport::run_receiver_connecting(peer.expect("checked"), stats, timeout),
+        },
         (Implementation::Udp(cc), RunFirst::Sender) => {
-            let peer = peer.expect("checked");
-            let mss = transport::wire::data_payload_bytes(&peer) as u64;
+            // A listening sender learns its peer later; its mss is the IPv4 one (the ports that
+            // listen have their own packet size).
+            let mss = transport::wire::data_payload_bytes(&peer.unwrap_or(SocketAddr::from(([0u8; 4], 0)))) as u64;
             let controller = cc.controller(mss).ok_or_else(|| format!("{} has no transport controller", cc.name()))?;
-            transport::run_sender(peer, controller, stats, timeout)
+            match listen {
+                Some(port) => transport::run_sender_listening(port, controller, stats),
+                None => transport::run_sender(peer.expect("checked"), controller, stats, timeout),
+            }
         }
     }
 }

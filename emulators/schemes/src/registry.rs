@@ -55,13 +55,15 @@ pub enum UdpCc {
     Ledbat2017,
     Vegas2017,
     Pcc2017,
+    /// Verus's sender listens (sender-first, as upstream's verus_server).
+    Verus2017,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 13] = [
+    pub const ALL: [UdpCc; 14] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -75,6 +77,7 @@ impl UdpCc {
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
         UdpCc::Pcc2017,
+        UdpCc::Verus2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -93,6 +96,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
             UdpCc::Pcc2017 => "pcc-2017",
+            UdpCc::Verus2017 => "verus-2017",
         }
     }
 
@@ -116,6 +120,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
             // Upstream seeds glibc's rand() with the clock: each run draws differently.
             UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
+            UdpCc::Verus2017 => Box::new(cc::Verus2017::new(mss)),
             UdpCc::Sprout2017 => return None,
         })
     }
@@ -144,10 +149,10 @@ impl Implementation {
     }
 
     /// The side that starts first and listens, fixed by the code: our QUIC sender is the
-    /// server; the TCP and UDP receivers listen.
+    /// server; the TCP and UDP receivers listen, except verus-2017's sender (as upstream's).
     pub fn run_first(&self) -> RunFirst {
         match self {
-            Implementation::Quic(_) => RunFirst::Sender,
+            Implementation::Quic(_) | Implementation::Udp(UdpCc::Verus2017) => RunFirst::Sender,
             Implementation::KernelTcp(_) | Implementation::Udp(_) => RunFirst::Receiver,
         }
     }

@@ -114,7 +114,7 @@ fn quic_schemes_move_data() {
 
 #[test]
 fn udp_schemes_move_data() {
-    for scheme in ["udp-vegas", "udp-copa", "udp-ledbat", "udp-saturator", "sprout-2017"] {
+    for scheme in ["udp-vegas", "udp-copa", "udp-ledbat", "udp-saturator", "sprout-2017", "verus-2017"] {
         let bytes = run_pair(scheme, 1.5, false);
         assert!(bytes > MIN_BYTES, "{scheme}: {bytes} bytes");
     }
@@ -122,7 +122,7 @@ fn udp_schemes_move_data() {
 
 #[test]
 fn connecting_side_waits_for_a_late_peer() {
-    for scheme in ["cubic", "quic-cubic", "udp-copa"] {
+    for scheme in ["cubic", "quic-cubic", "udp-copa", "verus-2017"] {
         let bytes = run_pair(scheme, 1.5, true);
         assert!(bytes > 100_000, "{scheme}: {bytes} bytes");
     }

@@ -21,6 +21,7 @@ pub mod saturator;
 pub mod saturator_2017;
 pub mod vegas;
 pub mod vegas_2017;
+pub mod verus_2017;
 
 pub use copa::Copa;
 pub use copa_2017::Copa2017;
@@ -34,6 +35,7 @@ pub use saturator::Saturator;
 pub use saturator_2017::Saturator2017;
 pub use vegas::Vegas;
 pub use vegas_2017::Vegas2017;
+pub use verus_2017::Verus2017;
 
 /// What the transport learned from one acknowledgement.
 #[derive(Clone, Debug)]

@@ -10,7 +10,9 @@
 //!
 //! The receiver listens (receiver-first, like Pantheon's receiver-first wrappers); the
 //! sender repeats a HELLO until the receiver answers, so either side may start first
-//! within the connect timeout.
+//! within the connect timeout. For a sender-first scheme (verus-2017) the sender listens
+//! instead ([`run_sender_listening`]) and the receiver repeats a wake-up HELLO to it
+//! ([`run_receiver_connecting`]); the handshake after that is the same.
 
 pub mod core;
 pub mod receiver;
@@ -18,5 +20,5 @@ pub mod rtt;
 pub mod sender;
 pub mod wire;
 
-pub use receiver::run_receiver;
-pub use sender::run_sender;
+pub use receiver::{run_receiver, run_receiver_connecting};
+pub use sender::{run_sender, run_sender_listening};

@@ -1,9 +1,9 @@
 //! The receiving side: acknowledge every DATA packet at once, discard the payload.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::wire::{Ack, Packet, MAX_DATAGRAM_BYTES};
 use crate::net;
@@ -62,6 +62,48 @@ impl ReceiverFlow {
 /// Listens on `port` and serves any number of senders until the process is stopped.
 pub fn run_receiver(port: u16, stats: Arc<Stats>) -> Result<(), String> {
     let sock = net::bind_udp(port).map_err(|e| format!("cannot listen on UDP port {port}: {e}"))?;
+    serve(sock, stats)
+}
+
+/// The receiver of a sender-first scheme: the sender listens at `peer`, so this side repeats a
+/// wake-up HELLO (flow 0) to it until the sender's own HELLO arrives, then serves it as
+/// [`run_receiver`] does. Gives up after `connect_timeout` without an answer.
+pub fn run_receiver_connecting(peer: SocketAddr, stats: Arc<Stats>, connect_timeout: Duration) -> Result<(), String> {
+    let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    let give_up = Instant::now() + connect_timeout;
+    let mut out = [0u8; 64];
+    let len = Packet::Hello { flow: 0, sender_us: 0 }.encode(&mut out);
+    loop {
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "no answer from a sender at {peer} after {:.1} s; is the sender running and reachable?",
+                connect_timeout.as_secs_f64()
+            ));
+        }
+        match sock.send_to(&out[..len], peer) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(format!("cannot send to {peer}: {e}")),
+        }
+        let ready = net::wait(fd, false, Some(WAKE_INTERVAL)).map_err(|e| format!("poll failed: {e}"))?;
+        if ready.readable {
+            // An ICMP error (the sender's port not open yet) also wakes the poll; only a
+            // datagram means the sender is there.
+            let mut peek = [0u8; 16];
+            match sock.peek_from(&mut peek) {
+                Ok(_) => return serve(sock, stats),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::thread::sleep(WAKE_INTERVAL),
+                Err(e) => return Err(format!("UDP receive failed: {e}")),
+            }
+        }
+    }
+}
+
+/// A connecting receiver repeats its wake-up HELLO this often.
+const WAKE_INTERVAL: Duration = Duration::from_millis(200);
+
+fn serve(sock: UdpSocket, stats: Arc<Stats>) -> Result<(), String> {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     // Bursts must queue at the bottleneck, not overflow this socket.
     let _ = net::set_buffer(fd, net::Buffer::Receive, 32 << 20);

@@ -89,6 +89,34 @@ pub fn run_sender(
     connect_timeout: Duration,
 ) -> Result<(), String> {
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    send_to_peer(sock, peer, cc, stats, connect_timeout)
+}
+
+/// The sender of a sender-first scheme: listens on `port` until a receiver's wake-up HELLO
+/// arrives (see `receiver::run_receiver_connecting`), then sends to that receiver exactly as
+/// [`run_sender`] does (handshake included).
+pub fn run_sender_listening(port: u16, cc: Box<dyn Controller>, stats: Arc<Stats>) -> Result<(), String> {
+    let sock = net::bind_udp(port).map_err(|e| format!("cannot listen on UDP port {port}: {e}"))?;
+    let mut buf = [0u8; 64];
+    let peer = loop {
+        match sock.recv_from(&mut buf) {
+            Ok((len, from)) if matches!(Packet::decode(&buf[..len]), Some(Packet::Hello { .. })) => break from,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused || e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("UDP receive failed: {e}")),
+        }
+    };
+    // The receiver is there now; the handshake only needs the usual slack.
+    send_to_peer(sock, peer, cc, stats, net::connect_timeout())
+}
+
+fn send_to_peer(
+    sock: UdpSocket,
+    peer: SocketAddr,
+    cc: Box<dyn Controller>,
+    stats: Arc<Stats>,
+    connect_timeout: Duration,
+) -> Result<(), String> {
     sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
     let fd = sock.as_raw_fd();

@@ -1,0 +1,547 @@
+//! Verus as Pantheon ran it in 2017: yzaki/verus 8ed2ac0 (src/verus_server.cpp, the sender;
+//! src/verus.hpp, the parameters) with Pantheon's verus_mtu.patch (1414-byte UDP payloads).
+//!
+//! The law as implemented (times in ms; every packet is acknowledged and carries the window
+//! `w` it was sent at, here kept per sequence number in `on_send`):
+//!
+//! * **Per ACK** (`receiver_thread`, `updateUponReceivingPacket`): delay = the packet's RTT;
+//!   ACKs of an older slow-start session are ignored. wCrt (packets out) −1; the delay joins
+//!   the epoch's list; dTBar = 0.875·dTBar + 0.125·delay; dMin = min delay. Outside a loss
+//!   phase the profile point of `w` moves: P[w] = 0.875·P[w] + 0.125·delay (first: delay);
+//!   inside one, wBar += 1/wBar and (with a fitted profile) dEst = min(dEst, profile(wBar)).
+//!   An ACK of a packet sent at w ≤ wBar ends the loss phase. The loss timer is re-armed to
+//!   clamp(5·delay, 150, 1000) ms.
+//! * **Each 5 ms epoch** after slow start (`main`): dMax = the epoch's largest delay (none:
+//!   max(dMaxLast, time since the last in-order ACK)); if dMaxLast/dMin > R = 6, dEst =
+//!   max(dMin, dEst − 2) (at dMin: dMin += 10 when wCrt < 2, else nothing is sent this epoch);
+//!   else if dMax rose, dEst = max(dMin, dEst − 1); else dEst += 2. wBar = max(1, w(dEst)),
+//!   w(d) = the first w ≥ 2 whose fitted delay exceeds d, minus 1 (`calcDelayCurve`; before a
+//!   fit, the raw points, lowering d by 2 until one exceeds it; no w below 40000: slow start
+//!   again). The epoch releases S = max(0, wBar + ⌊wCrt·(2−n)/(n−1)⌋) packets, n = ⌈dTBar/5⌉
+//!   (n ≤ 1: max(0, wBar − wCrt)) (`calcSi`), sent back to back; dMaxLast = 0.2·dMaxLast +
+//!   0.8·dMax.
+//! * **Delay profile** (`delayProfile_thread`): at the end of slow start and every second
+//!   after, a penalised cubic spline ([`profile::fit`], ALGLIB's spline1dfitpenalized, ρ = 2)
+//!   through the points P[w], w below the cut a slow-start loss set; M = ⌊max w / N⌋ basis
+//!   functions, N from 15 down until max w / N ≥ 5 (N < 1: slow start again).
+//! * **Loss** (`removeExpiredPacketsFromSeqQueue`, checked each epoch): a sequence gap is noted
+//!   when a later packet is acknowledged; a gap still open 150 ms later is a loss. The first
+//!   of a loss phase sets wBar = min(wBar, 0.7·w it was sent at) and dEst = profile(wBar) (raw
+//!   point in slow start); in slow start with wBar > 20 it ends slow start (profile cut at
+//!   max(100, w)), wCrt = 0. Each expired packet counts wCrt −1.
+//! * **Timeout** (`TimeoutHandler`, 1 s at the start of each slow start): nothing acknowledged
+//!   yet: slow start again; in slow start: it ends; otherwise a loss phase with wCrt = 0, dEst
+//!   = dMin, every outstanding packet forgotten.
+//! * **Slow start**: one packet first; each ACK wBar += 1 and releases max(0, wBar − wCrt)
+//!   packets; it ends on a loss (above), a timeout, or a delay above 500 ms (wBar = 0.7·w,
+//!   dEst = 0.75·6·dMin, a loss phase).
+//!
+//! Sends are unpaced bursts (the window is the release count); the transport's own loss
+//! detection is only bookkeeping here. Not reproduced: upstream also treats a `sendto` refused
+//! by a full socket buffer as a loss; the transport waits for room instead.
+
+mod profile;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use super::{AckEvent, Controller, LossEvent};
+pub use profile::{fit, FitError, Profile};
+
+/// UDP payload of every data packet (verus.hpp MTU, as patched by Pantheon).
+pub const PAYLOAD_BYTES: u64 = 1414;
+const DECREASE: f64 = 0.7;
+const CURVE_PERIOD: Duration = Duration::from_secs(1);
+const EPOCH: Duration = Duration::from_millis(5);
+const EPOCH_MS: f64 = 5.0;
+const DELTA_DOWN: f64 = 1.0;
+const DELTA_UP: f64 = 2.0;
+const RATIO: f64 = 6.0;
+const SS_EXIT_DELAY_MS: f64 = 500.0;
+const SS_TIMEOUT: Duration = Duration::from_secs(1);
+const MAX_TIMEOUT_MS: f64 = 1000.0;
+const MIN_TIMEOUT_MS: f64 = 150.0;
+const MISSING_EXPIRY: Duration = Duration::from_millis(150);
+/// Profile points are kept for windows below this.
+pub const MAX_W: usize = 40_000;
+/// Penalty constant of the profile fit.
+pub const RHO: f64 = 2.0;
+/// Initial N of the basis-count rule.
+const BASIS_DIVISOR: f64 = 15.0;
+/// Send records older than this are dropped (an ACK that late is ignored).
+const SEND_RECORD_HORIZON: Duration = Duration::from_secs(5);
+
+/// What was sent: verus's own sequence number (from 1 in each slow-start session), the window
+/// it carried and the session.
+#[derive(Clone, Copy, Debug)]
+struct SentPacket {
+    vseq: u64,
+    w: i64,
+    session: u32,
+    at: Duration,
+}
+
+/// An average that takes its first sample whole (a negative value means "unset").
+fn ewma(avg: f64, sample: f64, alpha: f64) -> f64 {
+    if avg < 0.0 {
+        sample
+    } else {
+        avg * alpha + (1.0 - alpha) * sample
+    }
+}
+
+/// Number of basis functions for a profile whose largest window is `max_w`, with the divisor
+/// `n` carried from fit to fit (it only decreases); None: no fit is possible (restart).
+pub fn basis_count(max_w: usize, n: &mut f64) -> Option<usize> {
+    while (max_w as f64) / *n < 5.0 {
+        *n -= 1.0;
+        if *n < 1.0 {
+            return None;
+        }
+    }
+    Some(((max_w as f64) / *n) as usize)
+}
+
+/// The first w ≥ 2 whose fitted delay exceeds `d`, minus one (`calcDelayCurve` with a fit).
+pub fn window_for_delay(table: &[f64], d: f64) -> Option<usize> {
+    (2..table.len()).find(|&w| table[w] > d).map(|w| w - 1)
+}
+
+pub struct Verus2017 {
+    session: u32,
+    pkt_seq: u64,
+    sent: VecDeque<(u64, SentPacket)>,
+    /// Outstanding packets by verus sequence: the window each was sent at.
+    sending: BTreeMap<u64, i64>,
+    /// Gaps: verus sequence -> (when the gap was noticed, window it was sent at).
+    missing: BTreeMap<u64, (Duration, i64)>,
+    seq_last: u64,
+    last_ack_at: Duration,
+    last_delay: f64,
+
+    w_crt: i64,
+    w_bar: f64,
+    d_t_bar: f64,
+    d_max_last: f64,
+    d_est: f64,
+    d_min: f64,
+    delays_epoch: Vec<f64>,
+    points: Vec<f64>,
+    curve_stop: usize,
+
+    slow_start: bool,
+    exit_slow_start: bool,
+    loss_phase: bool,
+    profile: Option<Profile>,
+    /// Fitted delay at every integer window below MAX_W.
+    table: Vec<f64>,
+    basis_divisor: f64,
+
+    credit: i64,
+    next_epoch: Duration,
+    timeout_at: Duration,
+    next_fit: Option<Duration>,
+    restarts: u32,
+}
+
+impl Verus2017 {
+    /// `mss` is ignored: verus sends 1414-byte payloads.
+    pub fn new(_mss: u64) -> Self {
+        Self {
+            session: 0,
+            pkt_seq: 0,
+            sent: VecDeque::new(),
+            sending: BTreeMap::new(),
+            missing: BTreeMap::new(),
+            seq_last: 0,
+            last_ack_at: Duration::ZERO,
+            last_delay: 0.0,
+            w_crt: 0,
+            w_bar: 1.0,
+            d_t_bar: 0.0,
+            d_max_last: -10.0,
+            d_est: 0.0,
+            d_min: 1000.0,
+            delays_epoch: Vec::new(),
+            points: vec![-1.0; MAX_W],
+            curve_stop: MAX_W,
+            slow_start: true,
+            exit_slow_start: false,
+            loss_phase: false,
+            profile: None,
+            table: Vec::new(),
+            basis_divisor: BASIS_DIVISOR,
+            credit: 1,
+            next_epoch: Duration::ZERO,
+            timeout_at: SS_TIMEOUT,
+            next_fit: None,
+            restarts: 0,
+        }
+    }
+
+    pub fn w_bar(&self) -> f64 {
+        self.w_bar
+    }
+
+    pub fn d_est(&self) -> f64 {
+        self.d_est
+    }
+
+    pub fn in_slow_start(&self) -> bool {
+        self.slow_start
+    }
+
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
+    pub fn profile(&self) -> Option<&Profile> {
+        self.profile.as_ref()
+    }
+
+    fn end_slow_start(&mut self, now: Duration) {
+        self.slow_start = false;
+        // The profile thread fits as soon as slow start is over.
+        self.next_fit = Some(now);
+    }
+
+    fn restart_slow_start(&mut self, now: Duration) {
+        self.restarts += 1;
+        self.d_est = 0.0;
+        self.seq_last = 0;
+        self.w_bar = 1.0;
+        self.d_t_bar = 0.0;
+        self.w_crt = 0;
+        self.d_min = 1000.0;
+        self.pkt_seq = 0;
+        self.d_max_last = -10.0;
+        self.slow_start = true;
+        self.loss_phase = false;
+        self.profile = None;
+        self.table.clear();
+        self.basis_divisor = BASIS_DIVISOR;
+        self.next_fit = None;
+        self.session += 1;
+        self.sending.clear();
+        self.missing.clear();
+        self.delays_epoch.clear();
+        self.points.iter_mut().for_each(|p| *p = -1.0);
+        self.credit = 1;
+        self.timeout_at = now + SS_TIMEOUT;
+    }
+
+    /// The profile's delay at window `w` (`calcDelayCurveInv`): the fit, or before one the raw
+    /// point.
+    fn delay_of_window(&self, w: f64) -> f64 {
+        match &self.profile {
+            Some(p) => p.delay_at(w),
+            None => self.points[(w.max(0.0) as usize).min(MAX_W - 1)],
+        }
+    }
+
+    /// `calcDelayCurve`: the window for delay `d`; None when the fitted profile never
+    /// exceeds it.
+    fn window_of_delay(&self, d: f64) -> Option<f64> {
+        if self.profile.is_some() {
+            return window_for_delay(&self.table, d).map(|w| w as f64);
+        }
+        // Without a fit: the raw points, lowering the delay until one exceeds it (unset points
+        // are -1, so this ends once d < -1).
+        let mut d = d;
+        loop {
+            if let Some(w) = (2..MAX_W).find(|&w| self.points[w] > d) {
+                return Some((w - 1) as f64);
+            }
+            d -= DELTA_UP;
+        }
+    }
+
+    fn fit_profile(&mut self, now: Duration) {
+        let mut xs = Vec::new();
+        let mut ys = Vec::new();
+        let mut max_w = 1;
+        for w in 1..MAX_W {
+            if self.points[w] >= 0.0 {
+                if w < self.curve_stop {
+                    xs.push(w as f64);
+                    ys.push(self.points[w]);
+                    max_w = w;
+                } else {
+                    self.points[w] = -1.0;
+                }
+            }
+        }
+        self.curve_stop = MAX_W;
+        let Some(m) = basis_count(max_w, &mut self.basis_divisor) else {
+            self.restart_slow_start(now);
+            return;
+        };
+        match fit(&xs, &ys, m, RHO) {
+            Ok(p) => {
+                self.table = (0..MAX_W).map(|w| p.delay_at(w as f64)).collect();
+                self.profile = Some(p);
+                self.next_fit = Some(now + CURVE_PERIOD);
+            }
+            Err(_) => self.restart_slow_start(now),
+        }
+    }
+
+    fn record_delay(&mut self, delay: f64, w: i64) {
+        if self.w_crt > 0 {
+            self.w_crt -= 1;
+        }
+        self.delays_epoch.push(delay);
+        self.d_t_bar = ewma(self.d_t_bar, delay, 0.875);
+        if delay < self.d_min {
+            self.d_min = delay;
+        }
+        if !self.loss_phase {
+            if let Some(p) = usize::try_from(w).ok().filter(|&w| w < MAX_W).map(|w| &mut self.points[w]) {
+                *p = ewma(*p, delay, 0.875);
+            }
+        } else {
+            self.w_bar += 1.0 / self.w_bar;
+            if self.profile.is_some() {
+                self.d_est = self.d_est.min(self.delay_of_window(self.w_bar));
+            }
+        }
+    }
+
+    /// Gaps noticed 150 ms ago or more are losses (`removeExpiredPacketsFromSeqQueue`).
+    fn expire_missing(&mut self, now: Duration) {
+        let mut first = true;
+        while let Some((&vseq, &(noticed, w))) = self.missing.iter().next() {
+            if now.saturating_sub(noticed) < MISSING_EXPIRY {
+                break;
+            }
+            if first {
+                first = false;
+                if !self.loss_phase {
+                    self.loss_phase = true;
+                    self.w_bar = self.w_bar.min(DECREASE * w as f64);
+                    self.d_est = if self.slow_start {
+                        self.points[(self.w_bar.max(0.0) as usize).min(MAX_W - 1)]
+                    } else {
+                        self.delay_of_window(self.w_bar)
+                    };
+                }
+                if self.slow_start && self.w_bar as i64 > 20 {
+                    self.curve_stop = (w.max(100) as usize).min(MAX_W);
+                    self.end_slow_start(now);
+                    self.w_crt = 0;
+                    if let Some((&last, _)) = self.sending.iter().next_back() {
+                        self.seq_last = last;
+                    }
+                    self.missing.clear();
+                }
+            }
+            self.missing.remove(&vseq);
+            self.sending.remove(&vseq);
+            if self.w_crt > 0 {
+                self.w_crt -= 1;
+            }
+        }
+    }
+
+    /// One 5 ms epoch of the main loop.
+    fn epoch(&mut self, now: Duration) {
+        if !self.missing.is_empty() {
+            self.expire_missing(now);
+        }
+        if self.slow_start {
+            return;
+        }
+        let mut hold = false;
+        let d_max = if self.delays_epoch.is_empty() {
+            let since_ack = now.saturating_sub(self.last_ack_at).as_secs_f64() * 1e3;
+            self.d_max_last.max(since_ack)
+        } else {
+            let m = self.delays_epoch.iter().copied().fold(f64::MIN, f64::max);
+            self.delays_epoch.clear();
+            m
+        };
+        if self.d_max_last == -10.0 {
+            self.d_max_last = d_max;
+        }
+        let rise = d_max - self.d_max_last;
+        if self.d_max_last / self.d_min > RATIO {
+            if !self.exit_slow_start {
+                self.d_est = self.d_min.max(self.d_est - DELTA_UP);
+                if self.d_est == self.d_min && self.w_crt < 2 {
+                    self.d_min += 10.0;
+                } else if self.d_est == self.d_min {
+                    hold = true;
+                }
+            }
+        } else if rise > 0.0001 {
+            self.d_est = self.d_min.max(self.d_est - DELTA_DOWN);
+        } else {
+            self.d_est += DELTA_UP;
+        }
+        let Some(w) = self.window_of_delay(self.d_est) else {
+            self.restart_slow_start(now);
+            return;
+        };
+        self.w_bar = w.max(1.0);
+        let s = self.epoch_release();
+        self.d_max_last = ewma(self.d_max_last, d_max, 0.2);
+        if !hold {
+            self.credit += s;
+        }
+    }
+
+    /// `calcSi`: packets to release this epoch.
+    fn epoch_release(&self) -> i64 {
+        let n = (self.d_t_bar / EPOCH_MS).ceil() as i64;
+        let s = if n > 1 {
+            // Integer division, as upstream's long long arithmetic.
+            self.w_bar + (self.w_crt * (2 - n) / (n - 1)) as f64
+        } else {
+            self.w_bar - self.w_crt as f64
+        };
+        s.max(0.0) as i64
+    }
+
+    fn on_timeout(&mut self, now: Duration) {
+        if self.seq_last == 0 {
+            self.restart_slow_start(now);
+            return;
+        }
+        if self.slow_start {
+            self.end_slow_start(now);
+        } else {
+            self.loss_phase = true;
+            self.w_crt = 0;
+            self.d_est = self.d_min;
+            if let Some((&last, _)) = self.sending.iter().next_back() {
+                self.seq_last = last;
+            }
+            self.sending.clear();
+            self.missing.clear();
+        }
+        self.arm_timeout(now);
+    }
+
+    fn arm_timeout(&mut self, now: Duration) {
+        let ms = (5.0 * self.last_delay).clamp(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS) as u64;
+        self.timeout_at = now + Duration::from_millis(ms);
+    }
+
+    fn lookup(&self, seq: u64) -> Option<SentPacket> {
+        let base = self.sent.front()?.0;
+        let idx = usize::try_from(seq.checked_sub(base)?).ok()?;
+        self.sent.get(idx).map(|&(_, p)| p)
+    }
+}
+
+impl Controller for Verus2017 {
+    fn name(&self) -> &'static str {
+        "verus-2017"
+    }
+
+    fn on_send(&mut self, now: Duration, seq: u64) {
+        self.pkt_seq += 1;
+        let p = SentPacket { vseq: self.pkt_seq, w: self.w_bar as i64, session: self.session, at: now };
+        self.sent.push_back((seq, p));
+        while self.sent.front().is_some_and(|(_, p)| now.saturating_sub(p.at) > SEND_RECORD_HORIZON) {
+            self.sent.pop_front();
+        }
+        self.sending.insert(p.vseq, p.w);
+        self.w_crt += 1;
+        self.credit -= 1;
+    }
+
+    fn on_ack(&mut self, ack: &AckEvent) {
+        let now = ack.now;
+        let Some(p) = self.lookup(ack.seq) else { return };
+        if p.session < self.session {
+            return;
+        }
+        let delay = ack.rtt.as_secs_f64() * 1e3;
+        self.last_delay = delay;
+        if self.slow_start && delay > SS_EXIT_DELAY_MS {
+            self.w_bar = DECREASE * p.w as f64;
+            self.d_est = 0.75 * self.d_min * RATIO;
+            self.loss_phase = true;
+            self.exit_slow_start = true;
+            self.end_slow_start(now);
+        }
+        self.arm_timeout(now);
+        if self.loss_phase && (p.w as f64) <= self.w_bar {
+            self.delays_epoch.clear();
+            self.loss_phase = false;
+            self.exit_slow_start = false;
+        }
+        let seq = p.vseq;
+        if seq == self.seq_last + 1 {
+            self.record_delay(delay, p.w);
+        } else if seq < self.seq_last {
+            if self.missing.remove(&seq).is_some() {
+                self.record_delay(delay, p.w);
+            }
+        } else {
+            for gap in self.seq_last + 1..seq {
+                let w = self.sending.get(&gap).copied().unwrap_or(self.w_bar as i64);
+                self.missing.insert(gap, (now, w));
+            }
+            self.record_delay(delay, p.w);
+        }
+        if seq > self.seq_last && p.session == self.session {
+            self.seq_last = seq;
+            self.last_ack_at = now;
+        }
+        self.sending.remove(&seq);
+        if self.slow_start {
+            self.w_bar += 1.0;
+            // Packets released earlier but not yet sent count as out (upstream's sending
+            // thread sends them before the next ACK arrives).
+            self.credit += (self.w_bar - (self.w_crt + self.credit.max(0)) as f64).max(0.0) as i64;
+        }
+    }
+
+    fn on_loss(&mut self, _loss: &LossEvent) {}
+
+    fn cwnd(&self) -> u64 {
+        if self.credit > 0 {
+            u64::MAX / 4
+        } else {
+            0
+        }
+    }
+
+    fn window_closed(&self) -> bool {
+        self.credit <= 0
+    }
+
+    fn pacing_rate(&self, _srtt: Duration) -> f64 {
+        // Unpaced: released packets leave back to back.
+        1e12
+    }
+
+    fn payload_bytes(&self) -> Option<u64> {
+        Some(PAYLOAD_BYTES)
+    }
+
+    fn timer_deadline(&self) -> Option<Duration> {
+        let mut t = self.next_epoch.min(self.timeout_at);
+        if let Some(f) = self.next_fit {
+            t = t.min(f);
+        }
+        Some(t)
+    }
+
+    fn on_timer(&mut self, now: Duration) {
+        if self.timeout_at <= now {
+            self.on_timeout(now);
+        }
+        if self.next_fit.is_some_and(|f| f <= now) && !self.slow_start {
+            self.fit_profile(now);
+        }
+        if self.next_epoch <= now {
+            self.epoch(now);
+            self.next_epoch = now + EPOCH;
+        }
+    }
+}
