@@ -92,6 +92,9 @@ pub fn run_receiver(port: u16, stats: Arc<Stats>) -> Result<(), String> {
                 }
                 Packet::Ack(state.on_data(seq, sender_us, now_us))
             }
+            // A controller's stand-in for its upstream's control packets: only its place in
+            // the queue mattered.
+            Some(Packet::Control { .. }) => continue,
             _ => continue,
         };
         let len = reply.encode(&mut out);
