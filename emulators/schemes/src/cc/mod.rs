@@ -129,6 +129,14 @@ pub trait Controller: Send {
     fn loss_timeout(&self) -> Option<Duration> {
         None
     }
+    /// A control datagram the upstream program's sender puts on the data path besides its
+    /// data (UDT answers each full ACK with a 20-byte ACK2): its UDP payload in bytes, or None
+    /// when none is due. The transport asks after every ACK and timer, at `now`, until None,
+    /// and sends each at once (unpaced, not counted as data; the receiver ignores it), so it
+    /// takes its place in the bottleneck queue as the upstream's did. Default: never.
+    fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
+        None
+    }
 }
 
 /// Pacing gain of a window-based controller in slow start, and afterwards: Linux's

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::rtt::RttEstimator;
-use super::wire::Ack;
+use super::wire::{Ack, CONTROL_MAX_BYTES, CONTROL_MIN_BYTES};
 use crate::cc::{AckEvent, Controller, LossEvent, LossRule};
 
 pub const REORDER_THRESHOLD: u64 = 3;
@@ -64,6 +64,7 @@ pub struct SenderCore {
     delivered_time: Duration,
     first_sent_time: Duration,
     counts: SenderCounts,
+    control_sent: u64,
 }
 
 impl SenderCore {
@@ -85,6 +86,7 @@ impl SenderCore {
             delivered_time: Duration::ZERO,
             first_sent_time: Duration::ZERO,
             counts: SenderCounts::default(),
+            control_sent: 0,
         }
     }
 
@@ -102,6 +104,19 @@ impl SenderCore {
 
     pub fn counts(&self) -> SenderCounts {
         self.counts
+    }
+
+    /// CONTROL datagrams handed out by [`Self::take_control`].
+    pub fn control_sent(&self) -> u64 {
+        self.control_sent
+    }
+
+    /// The next control datagram the controller wants sent now (its UDP payload, clamped to
+    /// the CONTROL limits), if any; call until None after each ACK and timer.
+    pub fn take_control(&mut self, now: Duration) -> Option<usize> {
+        let bytes = self.cc.take_control_datagram(now)?;
+        self.control_sent += 1;
+        Some((bytes as usize).clamp(CONTROL_MIN_BYTES, CONTROL_MAX_BYTES))
     }
 
     pub fn controller(&self) -> &dyn Controller {
@@ -434,6 +449,40 @@ mod tests {
         assert_eq!(c.counts().lost, 2);
         assert_eq!(c.bytes_in_flight(), 0);
         assert_eq!(c.loss_deadline(), None);
+    }
+
+    /// Asks for control datagrams of the given sizes, one per call.
+    struct Chatty(Vec<u64>);
+
+    impl Controller for Chatty {
+        fn name(&self) -> &'static str {
+            "chatty"
+        }
+        fn on_ack(&mut self, _ack: &AckEvent) {}
+        fn on_loss(&mut self, _loss: &LossEvent) {}
+        fn cwnd(&self) -> u64 {
+            10_000
+        }
+        fn pacing_rate(&self, _srtt: Duration) -> f64 {
+            1e6
+        }
+        fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
+            self.0.pop()
+        }
+    }
+
+    #[test]
+    fn control_datagrams_are_clamped_and_counted() {
+        let (mut c, _) = core();
+        assert_eq!(c.take_control(ms(0)), None, "by default a controller sends none");
+        let mut c = SenderCore::new(Box::new(Chatty(vec![100_000, 3, 20])), 1, 1000, ms(100));
+        assert_eq!(c.take_control(ms(0)), Some(20));
+        assert_eq!(c.take_control(ms(0)), Some(CONTROL_MIN_BYTES));
+        assert_eq!(c.take_control(ms(0)), Some(CONTROL_MAX_BYTES));
+        assert_eq!(c.take_control(ms(0)), None);
+        assert_eq!(c.control_sent(), 3);
+        // Not data: nothing in flight, no sequence number used.
+        assert_eq!((c.bytes_in_flight(), c.next_seq(), c.counts().sent), (0, 0, 0));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! and loss detection, with the congestion controller plugged in through
 //! [`crate::cc::Controller`].
 //!
-//! * [`wire`]: packet formats (DATA makes 1500-byte IP packets, ACKs are 50 bytes);
+//! * [`wire`]: packet formats (DATA makes 1500-byte IP packets, ACKs are 50 bytes, CONTROL
+//!   datagrams are a controller's stand-ins for its upstream's control packets on the data path);
 //! * [`rtt`]: RFC 6298 RTT estimation;
 //! * [`core`]: the sender's pure logic (window, pacing, loss, delivery rate);
 //! * [`sender`] / [`receiver`]: the real-time loops around it.

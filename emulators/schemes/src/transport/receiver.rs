@@ -134,6 +134,9 @@ fn serve(sock: UdpSocket, stats: Arc<Stats>) -> Result<(), String> {
                 }
                 Packet::Ack(state.on_data(seq, sender_us, now_us))
             }
+            // A controller's stand-in for its upstream's control packets: only its place in
+            // the queue mattered.
+            Some(Packet::Control { .. }) => continue,
             _ => continue,
         };
         let len = reply.encode(&mut out);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::core::SenderCore;
-use super::wire::{data_payload_bytes, Packet, DATA_HEADER_BYTES, HELLO_BYTES, MAX_DATAGRAM_BYTES};
+use super::wire::{data_payload_bytes, Packet, CONTROL_MAX_BYTES, DATA_HEADER_BYTES, HELLO_BYTES, MAX_DATAGRAM_BYTES};
 use crate::cc::Controller;
 use crate::net;
 use crate::stats::Stats;
@@ -139,6 +139,7 @@ fn send_to_peer(
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
     let mut rbuf = [0u8; 256];
+    let mut control = [0u8; CONTROL_MAX_BYTES];
     let clock = || start.elapsed();
 
     loop {
@@ -158,6 +159,16 @@ fn send_to_peer(
             }
         }
         core.on_timer(clock());
+        while let Some(n) = core.take_control(clock()) {
+            let len = Packet::Control { flow }.encode(&mut control[..n]);
+            // Like an ACK, a control datagram the local queue cannot take is only lost.
+            match sock.send(&control[..len]) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(format!("send to {peer} failed: {e}")),
+            }
+        }
 
         // 2. As many packets as the window and the pacer allow.
         let mut blocked = false;

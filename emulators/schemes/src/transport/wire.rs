@@ -7,12 +7,18 @@
 //! DATA           ... | seq u64 | sender clock µs u64 | padding  (sender -> receiver)
 //! ACK            ... | seq u64 | echoed sender clock µs u64 | receiver clock µs u64
 //!                    | highest seq u64 | received bitmap u64    (receiver -> sender)
+//! CONTROL        ... | padding                                  (sender -> receiver)
 //! ```
 //! DATA is padded so that the IP packet is exactly [`IP_PACKET_BYTES`] = 1500 bytes, the
 //! emulated link's MTU: the emulator's byte-based accounting (delivery opportunities are
 //! 1500-byte slots) then sees full-size packets, as with TCP. An ACK is 50 bytes of UDP
 //! payload. The bitmap (bit i set = packet `highest - i` arrived) lets a later ACK report
 //! packets whose own ACK was lost, so ACK loss is not mistaken for data loss.
+//!
+//! CONTROL is a small datagram of a size the controller chooses (at least
+//! [`CONTROL_MIN_BYTES`]) that stands in for an upstream program's own control packets on the
+//! data path (UDT's ACK2, say); the receiver ignores it. See
+//! [`crate::cc::Controller::take_control_datagram`].
 
 use std::net::SocketAddr;
 
@@ -25,11 +31,16 @@ const COMMON_HEADER: usize = 1 + 1 + 8;
 pub const DATA_HEADER_BYTES: usize = COMMON_HEADER + 16;
 pub const ACK_BYTES: usize = COMMON_HEADER + 40;
 pub const HELLO_BYTES: usize = COMMON_HEADER + 8;
+/// The smallest CONTROL datagram (its UDP payload): the common header.
+pub const CONTROL_MIN_BYTES: usize = COMMON_HEADER;
+/// The largest CONTROL datagram: one unfragmented IPv6 packet.
+pub const CONTROL_MAX_BYTES: usize = 1452;
 
 const KIND_HELLO: u8 = 1;
 const KIND_HELLO_ACK: u8 = 2;
 const KIND_DATA: u8 = 3;
 const KIND_ACK: u8 = 4;
+const KIND_CONTROL: u8 = 5;
 
 /// UDP payload that makes a 1500-byte IP packet towards `peer` (IPv4: 1472, IPv6: 1452).
 pub fn data_payload_bytes(peer: &SocketAddr) -> usize {
@@ -53,10 +64,24 @@ pub struct Ack {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet {
-    Hello { flow: u64, sender_us: u64 },
-    HelloAck { flow: u64, echo_us: u64 },
-    Data { flow: u64, seq: u64, sender_us: u64 },
+    Hello {
+        flow: u64,
+        sender_us: u64,
+    },
+    HelloAck {
+        flow: u64,
+        echo_us: u64,
+    },
+    Data {
+        flow: u64,
+        seq: u64,
+        sender_us: u64,
+    },
     Ack(Ack),
+    /// A controller's control datagram, as long as the buffer it is encoded into.
+    Control {
+        flow: u64,
+    },
 }
 
 fn put(buf: &mut [u8], at: usize, v: u64) {
@@ -68,8 +93,9 @@ fn get(buf: &[u8], at: usize) -> u64 {
 }
 
 impl Packet {
-    /// Writes the packet into `buf` and returns its length. DATA fills the whole buffer
-    /// (the caller sizes it with [`data_payload_bytes`]); the padding is left as it was.
+    /// Writes the packet into `buf` and returns its length. DATA and CONTROL fill the whole
+    /// buffer (the caller sizes it: DATA with [`data_payload_bytes`]); the padding is left as
+    /// it was.
     pub fn encode(&self, buf: &mut [u8]) -> usize {
         buf[0] = MAGIC;
         match *self {
@@ -103,6 +129,12 @@ impl Packet {
                 put(buf, 42, a.bitmap);
                 ACK_BYTES
             }
+            Packet::Control { flow } => {
+                assert!(buf.len() >= CONTROL_MIN_BYTES, "CONTROL buffer too small");
+                buf[1] = KIND_CONTROL;
+                put(buf, 2, flow);
+                buf.len()
+            }
         }
     }
 
@@ -126,6 +158,7 @@ impl Packet {
                 highest: get(buf, 34),
                 bitmap: get(buf, 42),
             })),
+            KIND_CONTROL => Some(Packet::Control { flow }),
             _ => None,
         }
     }
@@ -159,6 +192,10 @@ mod tests {
             assert_eq!(Packet::decode(&buf[..n]), Some(p));
         }
         assert_eq!(Packet::Data { flow: 1, seq: 2, sender_us: 3 }.encode(&mut buf), 1472);
+        let mut small = [0u8; 20];
+        assert_eq!(Packet::Control { flow: 7 }.encode(&mut small), 20);
+        assert_eq!(Packet::decode(&small), Some(Packet::Control { flow: 7 }));
+        assert_eq!(Packet::Control { flow: 7 }.encode(&mut small[..CONTROL_MIN_BYTES]), 10);
         assert_eq!(
             Packet::Ack(Ack { flow: 0, seq: 0, echo_us: 0, receiver_us: 0, highest: 0, bitmap: 1 }).encode(&mut buf),
             50
