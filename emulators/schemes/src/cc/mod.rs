@@ -19,6 +19,7 @@ pub mod ledbat_2017;
 pub mod pcc_2017;
 pub mod saturator;
 pub mod saturator_2017;
+pub mod taova_2018;
 pub mod vegas;
 pub mod vegas_2017;
 
@@ -32,6 +33,7 @@ pub use ledbat_2017::Ledbat2017;
 pub use pcc_2017::Pcc2017;
 pub use saturator::Saturator;
 pub use saturator_2017::Saturator2017;
+pub use taova_2018::Taova2018;
 pub use vegas::Vegas;
 pub use vegas_2017::Vegas2017;
 
