@@ -85,6 +85,9 @@ def test_every_port_in_the_registry_file_names_a_label_and_an_era():
     # Pantheon's copa changed with genericCC at the start of 2018: one port per era
     assert [e.name for e in ports_of("copa", "2017")] == ["copa-2017"]
     assert [e.name for e in ports_of("copa", "2018")] == ["copa-2018"]
+    # taova ran only from 2018 on (genericCC d0153f8's RemyCC with RemyCC-2014-100x.dna)
+    assert [e.name for e in ports_of("taova", "2018")] == ["taova-2018"]
+    assert ports_of("taova", "2017") == ()
     # today's stand-ins stay, under their own names, with their measured difference
     for name in ("udp-copa", "udp-vegas", "udp-ledbat", "udp-saturator", "quic-cubic"):
         entry = next(e for e in ENTRIES if e.name == name)

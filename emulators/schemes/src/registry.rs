@@ -11,8 +11,9 @@
 //! and exist when the kernel lists it in `net.ipv4.tcp_available_congestion_control`
 //! (read per network namespace from /proc); those in the registry file are listed even when
 //! missing, with the reason, and any other one the kernel offers is listed too. The QUIC and
-//! UDP schemes are built in and always available. Names of our own implementations carry the
-//! transport as a prefix (`quic-cubic`, `udp-vegas`) so they can never collide with a kernel
+//! UDP schemes are built in and available, but for one that reads upstream data this project
+//! does not ship (taova-2018's rule tree: `UdpCc::unavailable`). Names of our own
+//! implementations carry the transport as a prefix (`quic-cubic`, `udp-vegas`) so they can never collide with a kernel
 //! congestion control of the same algorithm.
 
 use std::sync::OnceLock;
@@ -57,13 +58,15 @@ pub enum UdpCc {
     Pcc2017,
     /// Verus's sender listens (sender-first, as upstream's verus_server).
     Verus2017,
+    /// Reads its rule tree from a file the user supplies (`cc::taova_2018::DNA_ENV`).
+    Taova2018,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 14] = [
+    pub const ALL: [UdpCc; 15] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -78,6 +81,7 @@ impl UdpCc {
         UdpCc::Sprout2017,
         UdpCc::Pcc2017,
         UdpCc::Verus2017,
+        UdpCc::Taova2018,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -97,11 +101,20 @@ impl UdpCc {
             UdpCc::Sprout2017 => "sprout-2017",
             UdpCc::Pcc2017 => "pcc-2017",
             UdpCc::Verus2017 => "verus-2017",
+            UdpCc::Taova2018 => "taova-2018",
         }
     }
 
     pub fn from_name(name: &str) -> Option<UdpCc> {
         UdpCc::ALL.into_iter().find(|cc| cc.name() == name)
+    }
+
+    /// Why this host cannot run it: only a controller that reads data it does not ship.
+    pub fn unavailable(self) -> Option<String> {
+        match self {
+            UdpCc::Taova2018 => cc::taova_2018::dna_from_env().err(),
+            _ => None,
+        }
     }
 
     /// The controller over our transport; None for a scheme with its own endpoints (sprout).
@@ -121,6 +134,8 @@ impl UdpCc {
             // Upstream seeds glibc's rand() with the clock: each run draws differently.
             UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
             UdpCc::Verus2017 => Box::new(cc::Verus2017::new(mss)),
+            // `usable` refused the scheme already where the tree cannot be read.
+            UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),
             UdpCc::Sprout2017 => return None,
         })
     }
@@ -315,7 +330,10 @@ fn builtin_schemes() -> Vec<Scheme> {
             run_first: e.implementation.run_first(),
             implementation: e.implementation.clone(),
             description: e.description.clone(),
-            unavailable: None,
+            unavailable: match e.implementation {
+                Implementation::Udp(cc) => cc.unavailable(),
+                _ => None,
+            },
         })
         .collect()
 }
