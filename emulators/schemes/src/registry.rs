@@ -55,13 +55,14 @@ pub enum UdpCc {
     Ledbat2017,
     Vegas2017,
     Pcc2017,
+    Indigo2018,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 13] = [
+    pub const ALL: [UdpCc; 14] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -75,6 +76,7 @@ impl UdpCc {
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
         UdpCc::Pcc2017,
+        UdpCc::Indigo2018,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -93,6 +95,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
             UdpCc::Pcc2017 => "pcc-2017",
+            UdpCc::Indigo2018 => "indigo-2018",
         }
     }
 
@@ -116,6 +119,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
             // Upstream seeds glibc's rand() with the clock: each run draws differently.
             UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
+            UdpCc::Indigo2018 => Box::new(cc::Indigo2018::new(mss)),
             UdpCc::Sprout2017 => return None,
         })
     }
