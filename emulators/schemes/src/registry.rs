@@ -60,13 +60,14 @@ pub enum UdpCc {
     Verus2017,
     /// Reads its rule tree from a file the user supplies (`cc::taova_2018::DNA_ENV`).
     Taova2018,
+    Indigo2018,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 15] = [
+    pub const ALL: [UdpCc; 16] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -82,6 +83,7 @@ impl UdpCc {
         UdpCc::Pcc2017,
         UdpCc::Verus2017,
         UdpCc::Taova2018,
+        UdpCc::Indigo2018,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -102,6 +104,7 @@ impl UdpCc {
             UdpCc::Pcc2017 => "pcc-2017",
             UdpCc::Verus2017 => "verus-2017",
             UdpCc::Taova2018 => "taova-2018",
+            UdpCc::Indigo2018 => "indigo-2018",
         }
     }
 
@@ -136,6 +139,7 @@ impl UdpCc {
             UdpCc::Verus2017 => Box::new(cc::Verus2017::new(mss)),
             // `usable` refused the scheme already where the tree cannot be read.
             UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),
+            UdpCc::Indigo2018 => Box::new(cc::Indigo2018::new(mss)),
             UdpCc::Sprout2017 => return None,
         })
     }
