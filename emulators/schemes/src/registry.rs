@@ -57,11 +57,13 @@ pub enum UdpCc {
     Pcc2017,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
+    /// Scream keeps its own datagrams and loop (`crate::scream`), not a [`Controller`].
+    Scream2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 13] = [
+    pub const ALL: [UdpCc; 14] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -75,6 +77,7 @@ impl UdpCc {
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
         UdpCc::Pcc2017,
+        UdpCc::Scream2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -93,6 +96,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
             UdpCc::Pcc2017 => "pcc-2017",
+            UdpCc::Scream2017 => "scream-2017",
         }
     }
 
@@ -100,7 +104,7 @@ impl UdpCc {
         UdpCc::ALL.into_iter().find(|cc| cc.name() == name)
     }
 
-    /// The controller over our transport; None for a scheme with its own endpoints (sprout).
+    /// The controller over our transport; None for a scheme with its own endpoints (sprout, scream).
     pub fn controller(self, mss: u64) -> Option<Box<dyn Controller>> {
         Some(match self {
             UdpCc::Vegas => Box::new(cc::Vegas::new(mss)),
@@ -116,7 +120,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
             // Upstream seeds glibc's rand() with the clock: each run draws differently.
             UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
-            UdpCc::Sprout2017 => return None,
+            UdpCc::Sprout2017 | UdpCc::Scream2017 => return None,
         })
     }
 }
