@@ -87,7 +87,7 @@ P95_TOLERANCE_MS = 5.0  # |Δ p95 one-way delay|
 KNOWN_TOLERANCE_PCT = 10.0  # throughput and p95 against Pantheon's 2017 table
 
 #: The 2017 labels with an upstream build (run in the matrix by default).
-LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "sprout", "pcc", "verus")
+LABELS = ("saturator", "greg_saturator", "koho_cc", "copa", "ledbat", "sprout", "pcc", "verus", "scream")
 #: Labels scored on the known emulator besides those: ours for each is a kernel scheme or a port.
 KNOWN_EXTRA = ("default_tcp", "vegas", "quic")
 #: Labels whose scheme here is the kernel's own (not a port): the registry scheme that runs.

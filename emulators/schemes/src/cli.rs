@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::net;
 use crate::registry::{self, Implementation, RunFirst, Scheme, UdpCc};
 use crate::stats::Stats;
-use crate::{quic, sprout, tcp, transport};
+use crate::{quic, scream, sprout, tcp, transport};
 
 pub const USAGE: &str = "usage: calibrate-scheme list [--json] | SCHEME run_first | \
 SCHEME receiver PORT | SCHEME sender IP PORT (receiver-first) | SCHEME sender PORT | \
@@ -133,6 +133,10 @@ fn run_endpoint(scheme: &Scheme, role: RunFirst, listen: Option<u16>, peer: Opti
             sprout::run_receiver(listen.expect("checked"), stats)
         }
         (Implementation::Udp(UdpCc::Sprout2017), RunFirst::Sender) => sprout::run_sender(peer.expect("checked"), stats),
+        (Implementation::Udp(UdpCc::Scream2017), RunFirst::Receiver) => {
+            scream::run_receiver(listen.expect("checked"), stats)
+        }
+        (Implementation::Udp(UdpCc::Scream2017), RunFirst::Sender) => scream::run_sender(peer.expect("checked"), stats),
         // A sender-first UDP scheme (verus-2017): the sender listens, the receiver connects.
         (Implementation::Udp(_), RunFirst::Receiver) => match listen {
             Some(port) => transport::run_receiver(port, stats),

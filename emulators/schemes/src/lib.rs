@@ -18,6 +18,7 @@ pub mod cli;
 pub mod net;
 pub mod quic;
 pub mod registry;
+pub mod scream;
 pub mod signals;
 pub mod sprout;
 pub mod stats;

@@ -63,11 +63,13 @@ pub enum UdpCc {
     Indigo2018,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
+    /// Scream keeps its own datagrams and loop (`crate::scream`), not a [`Controller`].
+    Scream2017,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 16] = [
+    pub const ALL: [UdpCc; 17] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -84,6 +86,7 @@ impl UdpCc {
         UdpCc::Verus2017,
         UdpCc::Taova2018,
         UdpCc::Indigo2018,
+        UdpCc::Scream2017,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -105,6 +108,7 @@ impl UdpCc {
             UdpCc::Verus2017 => "verus-2017",
             UdpCc::Taova2018 => "taova-2018",
             UdpCc::Indigo2018 => "indigo-2018",
+            UdpCc::Scream2017 => "scream-2017",
         }
     }
 
@@ -120,7 +124,7 @@ impl UdpCc {
         }
     }
 
-    /// The controller over our transport; None for a scheme with its own endpoints (sprout).
+    /// The controller over our transport; None for a scheme with its own endpoints (sprout, scream).
     pub fn controller(self, mss: u64) -> Option<Box<dyn Controller>> {
         Some(match self {
             UdpCc::Vegas => Box::new(cc::Vegas::new(mss)),
@@ -140,7 +144,7 @@ impl UdpCc {
             // `usable` refused the scheme already where the tree cannot be read.
             UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),
             UdpCc::Indigo2018 => Box::new(cc::Indigo2018::new(mss)),
-            UdpCc::Sprout2017 => return None,
+            UdpCc::Sprout2017 | UdpCc::Scream2017 => return None,
         })
     }
 }
