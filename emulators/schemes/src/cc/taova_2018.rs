@@ -47,6 +47,8 @@
 //! no rule holds makes upstream exit; the port keeps the last action. The receiver's
 //! timestamp is the transport's `sent_at + one_way_delay` (the receiver's clock, offset by
 //! a constant that every difference cancels).
+//! A send belongs to the pass the last ACK or timer began (upstream reads the clock once per
+//! pass and applies its end-of-pass rule after the pass's sends).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -429,9 +431,10 @@ impl Controller for Taova2018 {
     /// Loss is no signal to RemyCC; the window counts from the highest ACK.
     fn on_loss(&mut self, _loss: &LossEvent) {}
 
+    /// A send belongs to the pass the last ACK or timer began: upstream's pass reads the
+    /// clock once, sends, and only then applies its end-of-pass rule.
     fn on_send(&mut self, now: Duration, seq: u64) {
         let t = ms(now);
-        self.begin_pass(t);
         self.last_send += self.cc.intersend;
         self.cc.on_sent(seq, t);
         self.next_seq = seq + 1;
