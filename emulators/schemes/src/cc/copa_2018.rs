@@ -49,8 +49,10 @@
 //! Port decisions: upstream's handshake RTT paces only the very first packet (`init`'s
 //! `_intersend_time = rtt/10`, which `onPktSent` replaces by 0 at once), so the first
 //! window leaves as a burst a tenth of an RTT late; the port sends it at once (our
-//! transport has no handshake). The loop's per-pass rule is applied when the next event
-//! (ACK, send at a later time, timer) arrives, with the state the pass ended in.
+//! transport has no handshake). The loop's per-pass rule is applied when the next ACK or
+//! timer arrives, with the state the pass ended in; a send belongs to the pass the last ACK or
+//! timer began (applying the rule between a wake-up and its send would cost a pacing gap per
+//! send, more on a busy host).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -467,9 +469,10 @@ impl Controller for Copa2018 {
     /// `onACK` (above) and counts its window from the highest ACK.
     fn on_loss(&mut self, _loss: &LossEvent) {}
 
+    /// A send belongs to the pass the last ACK or timer began: upstream's pass reads the
+    /// clock once, sends, and only then applies its end-of-pass rule.
     fn on_send(&mut self, now: Duration, seq: u64) {
         let t = ms(now);
-        self.begin_pass(t);
         self.last_send += self.intersend;
         self.unacked.insert(seq, t);
         self.intersend = self.cur_intersend;
