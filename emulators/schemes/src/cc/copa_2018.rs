@@ -26,60 +26,35 @@
 //!   the sign of `prev_update_dir`, `v` doubles (the first boundary doubles too: both
 //!   start at +1), else `v = 1` and `prev_update_dir` flips. Per ACK `v` halves if above
 //!   `W·δ`, `v ≥ 1`, and `W ±= v/(δ·W)` toward the target; `W ≥ 2`.
-//! * **Pacing**: `intersend = 0.5·rtt/W`. The loop sends while
-//!   `seq < largest_ack + 1 + W` and `last_send + intersend ≤ now` (each send moves
-//!   `last_send` on by one gap); after each pass, `last_send = now` if the pacer lags by a
-//!   gap or more or `seq ≥ largest_ack + W`, and it polls the socket for the rest of the
-//!   gap in whole ms (`poll`'s int timeout; under 1 ms a busy loop). `largest_ack` is the
-//!   highest acknowledged sequence number plus one (−1 before any ACK). So from
-//!   `seq ≥ largest_ack + W` on the passes hold the pacer shut until an ACK, and a packet
-//!   an ACK frees leaves a gap after the pass before that ACK: in effect at most `⌈W⌉`
-//!   packets past the highest ACK, each ACK-clocked send delayed by up to one gap (with
-//!   the first gap of 0, the whole `W + 1`).
+//! * **Pacing**: `intersend = 0.5·rtt/W`, through genericCC's send loop ([`super::generic_cc`]):
+//!   in effect at most `⌈W⌉` packets past the highest ACK, each ACK-clocked send delayed by
+//!   up to one gap (with the first gap of 0, the whole `W + 1`).
 //! * **Loss** (`onACK`): an ACK for an outstanding packet makes every older outstanding
 //!   packet lost. Per lost packet and per ACK `ReduceOnLoss` counts; once more than 20
 //!   are counted and 2 latest-RTTs have passed since the last verdict, a loss share over
 //!   30 % cuts `W ×= 0.7` (`W ≥ 2`). Order per ACK: RTT sample, δ, window, losses, δ
 //!   again if any, the cut.
-//! * **Timeout** (`send_data`): after 2 s without an ACK, `init()` (W = 10, slow start,
-//!   δ = 1, windows cleared, the 19 measuring ACKs again) and the window counts from the
-//!   next sequence number.
+//! * **Timeout** (the send loop's): `init()` (W = 10, slow start, δ = 1, windows cleared,
+//!   the 19 measuring ACKs again).
 //! * **Packets**: 1440-byte UDP payloads (`packet_size`, ctcp.hh), first window 10.
 //!
 //! Port decisions: upstream's handshake RTT paces only the very first packet (`init`'s
 //! `_intersend_time = rtt/10`, which `onPktSent` replaces by 0 at once), so the first
 //! window leaves as a burst a tenth of an RTT late; the port sends it at once (our
-//! transport has no handshake). The loop's per-pass rule is applied when the next ACK or
-//! timer arrives, with the state the pass ended in; a send belongs to the pass the last ACK or
-//! timer began (applying the rule between a wake-up and its send would cost a pacing gap per
-//! send, more on a busy host).
+//! transport has no handshake).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+pub use super::generic_cc::DATAGRAM_BYTES;
+use super::generic_cc::{ms, SendLoop, UNPACED};
 use super::{AckEvent, Controller, LossEvent, LossRule};
 
-/// genericCC d0153f8's `packet_size`: the UDP payload of every datagram.
-pub const DATAGRAM_BYTES: u64 = 1440;
 /// `num_probe_pkts`: the first window; the law runs from ACK number `2·num_probe_pkts − 1`.
 const PROBE_PACKETS: f64 = 10.0;
 const MIN_WINDOW: f64 = 2.0;
 /// `auto:0.5`.
 const DEFAULT_DELTA: f64 = 0.5;
-/// The send loop's timeout: no ACK for this long restarts the controller (ms).
-const IDLE_RESET_MS: f64 = 2000.0;
-/// The transport's own pacer is left open: upstream paces by its `last_send` rule only.
-const UNPACED: f64 = 1e12;
-/// `cwnd` while the loop's window test holds.
-const OPEN_WINDOW: u64 = 1 << 40;
-
-fn ms(t: Duration) -> f64 {
-    t.as_secs_f64() * 1e3
-}
-
-fn at_ms(v: f64) -> Duration {
-    Duration::from_nanos((v * 1e6).ceil().max(0.0) as u64)
-}
 
 /// `ExtremeWindow`: min (or max) over samples newer than `now − max_time`.
 #[derive(Clone, Debug)]
@@ -231,15 +206,7 @@ pub struct Copa2018 {
     reduce_on_loss: ReduceOnLoss,
     cur_intersend: f64,
     intersend: f64,
-    // The send loop's state.
-    /// `_largest_ack`: highest acknowledged sequence number + 1 (−1 before any ACK).
-    largest_ack: f64,
-    next_seq: u64,
-    last_send: f64,
-    last_ack: f64,
-    /// When the loop's last pass ran (ms); its end-of-pass rule is applied lazily.
-    pass_time: f64,
-    pacer_closed_until: Option<Duration>,
+    send: SendLoop,
 }
 
 impl Copa2018 {
@@ -263,12 +230,7 @@ impl Copa2018 {
             reduce_on_loss: ReduceOnLoss::default(),
             cur_intersend: 0.0,
             intersend: 0.0,
-            largest_ack: -1.0,
-            next_seq: 0,
-            last_send: 0.0,
-            last_ack: 0.0,
-            pass_time: 0.0,
-            pacer_closed_until: None,
+            send: SendLoop::default(),
         };
         c.init();
         c
@@ -385,43 +347,6 @@ impl Copa2018 {
         self.cur_intersend = 0.5 * rtt / self.window;
         self.intersend = self.cur_intersend;
     }
-
-    /// A new pass of the loop begins at `now`: first the passes since the last one end.
-    ///
-    /// After each pass upstream sets `last_send = now` if the pacer lags by a gap or more or
-    /// `seq ≥ largest_ack + W`, then polls the socket for `min(1000, last_send + intersend −
-    /// now)` ms, truncated to whole ms (0: a busy loop of passes). While
-    /// `seq ≥ largest_ack + W` every pass resets `last_send`, so it stands at the last poll
-    /// before `now`: `now` itself when the gap is under 1 ms, else the last of the passes a
-    /// whole-ms gap apart.
-    /// (Below that bound the pacer timer sends at the gap's end, as upstream's polls do.)
-    fn begin_pass(&mut self, now: f64) {
-        if now <= self.pass_time {
-            return;
-        }
-        let t = self.pass_time;
-        if self.next_seq as f64 >= self.largest_ack + self.window {
-            let step = self.intersend.min(1000.0).trunc();
-            self.last_send = if step >= 1.0 { t + ((now - t) / step).floor() * step } else { now };
-        } else if t - self.last_send >= self.intersend {
-            self.last_send = t;
-        }
-        self.pass_time = now;
-    }
-
-    fn check_pacer(&mut self, now: Duration) {
-        let open_at = at_ms(self.last_send + self.intersend);
-        self.pacer_closed_until = (open_at > now).then_some(open_at);
-    }
-
-    /// Whether the loop's window test lets one more packet go.
-    fn window_open(&self) -> bool {
-        (self.next_seq as f64) < self.largest_ack + 1.0 + self.window
-    }
-
-    fn idle_deadline(&self) -> Duration {
-        at_ms(self.last_ack + IDLE_RESET_MS) + Duration::from_micros(1)
-    }
 }
 
 impl Controller for Copa2018 {
@@ -431,7 +356,7 @@ impl Controller for Copa2018 {
 
     fn on_ack(&mut self, ack: &AckEvent) {
         let now = ms(ack.now);
-        self.begin_pass(now);
+        self.send.begin_pass(now, self.window, self.intersend);
         let rtt = ms(ack.rtt);
         self.rtts.new_sample(rtt, now);
         self.min_rtt = self.rtts.min_rtt.get();
@@ -460,38 +385,28 @@ impl Controller for Copa2018 {
             self.intersend = self.cur_intersend;
         }
         self.acks += 1;
-        self.largest_ack = self.largest_ack.max(ack.seq as f64 + 1.0);
-        self.last_ack = now;
-        self.check_pacer(ack.now);
+        self.send.on_ack(ack.seq, now);
+        self.send.check_pacer(ack.now, self.intersend);
     }
 
     /// The transport's losses only free its own accounting: upstream finds its losses in
     /// `onACK` (above) and counts its window from the highest ACK.
     fn on_loss(&mut self, _loss: &LossEvent) {}
 
-    /// A send belongs to the pass the last ACK or timer began: upstream's pass reads the
-    /// clock once, sends, and only then applies its end-of-pass rule.
+    /// A send belongs to the pass the last ACK or timer began ([`super::generic_cc`]).
     fn on_send(&mut self, now: Duration, seq: u64) {
-        let t = ms(now);
-        self.last_send += self.intersend;
-        self.unacked.insert(seq, t);
+        self.send.on_send(seq, self.intersend);
+        self.unacked.insert(seq, ms(now));
         self.intersend = self.cur_intersend;
-        self.next_seq = seq + 1;
-        self.check_pacer(now);
+        self.send.check_pacer(now, self.intersend);
     }
 
     fn cwnd(&self) -> u64 {
-        // The loop's window test decides (`window_closed`), whatever the transport still
-        // counts as in flight (packets below the highest ACK, those before a timeout).
-        if self.window_open() {
-            OPEN_WINDOW
-        } else {
-            0
-        }
+        self.send.cwnd(self.window)
     }
 
     fn window_closed(&self) -> bool {
-        self.pacer_closed_until.is_some() || !self.window_open()
+        self.send.window_closed(self.window)
     }
 
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
@@ -503,22 +418,16 @@ impl Controller for Copa2018 {
     }
 
     fn timer_deadline(&self) -> Option<Duration> {
-        let idle = self.idle_deadline();
-        // From `seq ≥ largest_ack + W` on, the loop's passes keep the pacer shut until an ACK.
-        let pacer = self.pacer_closed_until.filter(|_| (self.next_seq as f64) < self.largest_ack + self.window);
-        Some(pacer.map_or(idle, |p| p.min(idle)))
+        Some(self.send.timer_deadline(self.window))
     }
 
     fn on_timer(&mut self, now: Duration) {
         let t = ms(now);
-        self.begin_pass(t);
-        if t - self.last_ack > IDLE_RESET_MS {
+        self.send.begin_pass(t, self.window, self.intersend);
+        if self.send.idle_restart(t) {
             self.init();
-            self.largest_ack = self.next_seq as f64 - 1.0;
-            self.last_send = t;
-            self.last_ack = t;
         }
-        self.check_pacer(now);
+        self.send.check_pacer(now, self.intersend);
     }
 
     fn loss_rule(&self) -> LossRule {
@@ -715,7 +624,7 @@ mod tests {
         let gap = 0.5 * c.rtts.unjittered.get() / c.window();
         assert!((c.intersend - gap).abs() < 1e-12);
         // A send moves last_send on by one gap; caught up with the clock, the next waits.
-        c.last_send = t;
+        c.send.last_send = t;
         c.on_send(at(t), seq);
         assert!(c.window_closed());
         let open = c.timer_deadline().expect("timer");

@@ -12,6 +12,7 @@ use std::time::Duration;
 pub mod copa;
 pub mod copa_2017;
 pub mod copa_2018;
+pub mod generic_cc;
 pub mod greg_saturator_2017;
 pub mod indigo_2018;
 pub mod koho_cc_2017;

@@ -28,12 +28,7 @@
 //!   gap becomes the rule's `intersend`. (The link-rate scaling of `SCALE_SEND_RECEIVE_EWMA`
 //!   never acts: with `train_length = 1` the loop measures no link rate.)
 //! * **Start** (`RemyCC::init`): window 2, gap 0, memory cleared, `W_rat = 0`.
-//! * **Send loop** (`send_data`): send while `seq < largest_ack + 1 + W` and
-//!   `last_send + intersend ≤ now`, each send moving `last_send` on by one gap;
-//!   `largest_ack` is the highest acknowledged sequence number plus one (−1 before any
-//!   ACK). After each pass `last_send = now` if the pacer lags by a gap or more or
-//!   `seq ≥ largest_ack + W`; the loop then polls the socket for the rest of the gap in
-//!   whole ms (under 1 ms a busy loop).
+//! * **Send loop**: genericCC's ([`super::generic_cc`]), paced at the rule's `intersend`.
 //! * **Loss**: no signal. An ACK of a packet not outstanding changes nothing but the loop's
 //!   `largest_ack`.
 //! * **Timeout**: after 2 s without an ACK, `init()` again (memory cleared, window 2) and
@@ -47,8 +42,6 @@
 //! no rule holds makes upstream exit; the port keeps the last action. The receiver's
 //! timestamp is the transport's `sent_at + one_way_delay` (the receiver's clock, offset by
 //! a constant that every difference cancels).
-//! A send belongs to the pass the last ACK or timer began (upstream reads the clock once per
-//! pass and applies its end-of-pass rule after the pass's sends).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -56,6 +49,8 @@ use std::time::Duration;
 
 use prost::Message;
 
+pub use super::generic_cc::DATAGRAM_BYTES;
+use super::generic_cc::{ms, SendLoop, UNPACED};
 use super::{AckEvent, Controller, LossEvent, LossRule};
 
 /// The environment variable naming the whisker tree file the scheme reads.
@@ -63,29 +58,13 @@ pub const DNA_ENV: &str = "CALIBRATE_REMY_DNA";
 /// Where that file comes from (it is not distributed with this project).
 pub const DNA_SOURCE: &str = "RemyCC-2014-100x.dna of venkatarun95/genericCC at commit d0153f8 \
      (GPLv2, not shipped here; Pantheon's taova used it)";
-/// genericCC d0153f8's `packet_size`: the UDP payload of every datagram.
-pub const DATAGRAM_BYTES: u64 = 1440;
 /// `RemyCC::init`'s window.
 const START_WINDOW: f64 = 2.0;
-/// The send loop's timeout: no ACK for this long restarts the controller (ms).
-const IDLE_RESET_MS: f64 = 2000.0;
 /// Upper bound of a signal where the file gives none (`MAX_MEMORY`).
 const MAX_SIGNAL: f64 = 163840.0;
 const MAX_WINDOW: i64 = 1_000_000;
 const EWMA_GAIN: f64 = 1.0 / 8.0;
 const SLOW_EWMA_GAIN: f64 = 1.0 / 256.0;
-/// The transport's own pacer is left open: upstream paces by its `last_send` rule only.
-const UNPACED: f64 = 1e12;
-/// `cwnd` while the loop's window test holds.
-const OPEN_WINDOW: u64 = 1 << 40;
-
-fn ms(t: Duration) -> f64 {
-    t.as_secs_f64() * 1e3
-}
-
-fn at_ms(v: f64) -> Duration {
-    Duration::from_nanos((v * 1e6).ceil().max(0.0) as u64)
-}
 
 /// The file's messages, declared from the field numbers of genericCC's `dna.proto`
 /// (package `RemyBuffers`); fields the interpreter does not use are skipped.
@@ -337,28 +316,12 @@ impl RemyCc {
 #[derive(Clone, Debug)]
 pub struct Taova2018 {
     cc: RemyCc,
-    // The send loop's state.
-    /// `_largest_ack`: highest acknowledged sequence number + 1 (−1 before any ACK).
-    largest_ack: f64,
-    next_seq: u64,
-    last_send: f64,
-    last_ack: f64,
-    /// When the loop's last pass ran (ms); its end-of-pass rule is applied lazily.
-    pass_time: f64,
-    pacer_closed_until: Option<Duration>,
+    send: SendLoop,
 }
 
 impl Taova2018 {
     pub fn new(tree: Arc<WhiskerTree>) -> Self {
-        Self {
-            cc: RemyCc::new(tree),
-            largest_ack: -1.0,
-            next_seq: 0,
-            last_send: 0.0,
-            last_ack: 0.0,
-            pass_time: 0.0,
-            pacer_closed_until: None,
-        }
+        Self { cc: RemyCc::new(tree), send: SendLoop::default() }
     }
 
     /// With the tree of [`DNA_ENV`].
@@ -377,40 +340,6 @@ impl Taova2018 {
     pub fn signals(&self) -> Signals {
         self.cc.memory.signals
     }
-
-    /// A new pass of the loop begins at `now`: first the passes since the last one end.
-    ///
-    /// After each pass upstream sets `last_send = now` if the pacer lags by a gap or more or
-    /// `seq ≥ largest_ack + W`, then polls for `min(1000, last_send + intersend − now)` ms,
-    /// truncated to whole ms (0: a busy loop). While `seq ≥ largest_ack + W` every pass
-    /// resets `last_send`, so it stands at the last poll before `now`.
-    fn begin_pass(&mut self, now: f64) {
-        if now <= self.pass_time {
-            return;
-        }
-        let t = self.pass_time;
-        let gap = self.cc.intersend;
-        if self.next_seq as f64 >= self.largest_ack + self.cc.window {
-            let step = gap.min(1000.0).trunc();
-            self.last_send = if step >= 1.0 { t + ((now - t) / step).floor() * step } else { now };
-        } else if t - self.last_send >= gap {
-            self.last_send = t;
-        }
-        self.pass_time = now;
-    }
-
-    fn check_pacer(&mut self, now: Duration) {
-        let open_at = at_ms(self.last_send + self.cc.intersend);
-        self.pacer_closed_until = (open_at > now).then_some(open_at);
-    }
-
-    fn window_open(&self) -> bool {
-        (self.next_seq as f64) < self.largest_ack + 1.0 + self.cc.window
-    }
-
-    fn idle_deadline(&self) -> Duration {
-        at_ms(self.last_ack + IDLE_RESET_MS) + Duration::from_micros(1)
-    }
 }
 
 impl Controller for Taova2018 {
@@ -420,37 +349,29 @@ impl Controller for Taova2018 {
 
     fn on_ack(&mut self, ack: &AckEvent) {
         let now = ms(ack.now);
-        self.begin_pass(now);
+        self.send.begin_pass(now, self.cc.window, self.cc.intersend);
         let receiver_ts = ms(ack.sent_at) + ack.one_way_delay_us as f64 / 1e3;
         self.cc.on_ack(ack.seq, now, receiver_ts);
-        self.largest_ack = self.largest_ack.max(ack.seq as f64 + 1.0);
-        self.last_ack = now;
-        self.check_pacer(ack.now);
+        self.send.on_ack(ack.seq, now);
+        self.send.check_pacer(ack.now, self.cc.intersend);
     }
 
     /// Loss is no signal to RemyCC; the window counts from the highest ACK.
     fn on_loss(&mut self, _loss: &LossEvent) {}
 
-    /// A send belongs to the pass the last ACK or timer began: upstream's pass reads the
-    /// clock once, sends, and only then applies its end-of-pass rule.
+    /// A send belongs to the pass the last ACK or timer began ([`super::generic_cc`]).
     fn on_send(&mut self, now: Duration, seq: u64) {
-        let t = ms(now);
-        self.last_send += self.cc.intersend;
-        self.cc.on_sent(seq, t);
-        self.next_seq = seq + 1;
-        self.check_pacer(now);
+        self.send.on_send(seq, self.cc.intersend);
+        self.cc.on_sent(seq, ms(now));
+        self.send.check_pacer(now, self.cc.intersend);
     }
 
     fn cwnd(&self) -> u64 {
-        if self.window_open() {
-            OPEN_WINDOW
-        } else {
-            0
-        }
+        self.send.cwnd(self.cc.window)
     }
 
     fn window_closed(&self) -> bool {
-        self.pacer_closed_until.is_some() || !self.window_open()
+        self.send.window_closed(self.cc.window)
     }
 
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
@@ -462,22 +383,16 @@ impl Controller for Taova2018 {
     }
 
     fn timer_deadline(&self) -> Option<Duration> {
-        let idle = self.idle_deadline();
-        // From `seq ≥ largest_ack + W` on, the loop's passes keep the pacer shut until an ACK.
-        let pacer = self.pacer_closed_until.filter(|_| (self.next_seq as f64) < self.largest_ack + self.cc.window);
-        Some(pacer.map_or(idle, |p| p.min(idle)))
+        Some(self.send.timer_deadline(self.cc.window))
     }
 
     fn on_timer(&mut self, now: Duration) {
         let t = ms(now);
-        self.begin_pass(t);
-        if t - self.last_ack > IDLE_RESET_MS {
+        self.send.begin_pass(t, self.cc.window, self.cc.intersend);
+        if self.send.idle_restart(t) {
             self.cc.init();
-            self.largest_ack = self.next_seq as f64 - 1.0;
-            self.last_send = t;
-            self.last_ack = t;
         }
-        self.check_pacer(now);
+        self.send.check_pacer(now, self.cc.intersend);
     }
 
     fn loss_rule(&self) -> LossRule {
