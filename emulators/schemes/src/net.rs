@@ -120,6 +120,13 @@ pub fn set_buffer(fd: i32, which: Buffer, bytes: usize) -> io::Result<usize> {
     getsockopt_int(fd, libc::SOL_SOCKET, plain).map(|v| v as usize)
 }
 
+/// Sets both socket buffers to `bytes` ([`set_buffer`]), best effort: a datagram endpoint
+/// whose bursts must queue at the bottleneck, not overflow its own socket.
+pub fn set_buffers(fd: i32, bytes: usize) {
+    let _ = set_buffer(fd, Buffer::Send, bytes);
+    let _ = set_buffer(fd, Buffer::Receive, bytes);
+}
+
 /// Whether the kernel may fragment a datagram larger than the path's MTU. Forbidden, a DATA
 /// packet either leaves as one 1500-byte IP packet or the send fails with EMSGSIZE (which the
 /// sender reports) instead of silently splitting; allowed is Linux's default

@@ -228,8 +228,7 @@ fn client_config(cc: QuicCc) -> Result<quinn::ClientConfig, String> {
 
 fn sized_socket(sock: UdpSocket) -> UdpSocket {
     let fd = sock.as_raw_fd();
-    let _ = net::set_buffer(fd, net::Buffer::Send, SOCKET_BUFFER);
-    let _ = net::set_buffer(fd, net::Buffer::Receive, SOCKET_BUFFER);
+    net::set_buffers(fd, SOCKET_BUFFER);
     sock
 }
 

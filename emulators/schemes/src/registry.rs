@@ -13,8 +13,8 @@
 //! missing, with the reason, and any other one the kernel offers is listed too. The QUIC and
 //! UDP schemes are built in and available, but for one that reads upstream data this project
 //! does not ship (taova-2018's rule tree: `UdpCc::unavailable`). Names of our own
-//! implementations carry the transport as a prefix (`quic-cubic`, `udp-vegas`) so they can never collide with a kernel
-//! congestion control of the same algorithm.
+//! implementations carry the transport as a prefix (`quic-cubic`, `udp-vegas`) so they can
+//! never collide with a kernel congestion control of the same algorithm.
 
 use std::sync::OnceLock;
 

@@ -86,8 +86,7 @@ fn recv_one(sock: &UdpSocket, buf: &mut [u8]) -> Result<Option<(usize, SocketAdd
 
 fn prepare(sock: &UdpSocket) -> Result<(), String> {
     let fd = sock.as_raw_fd();
-    let _ = net::set_buffer(fd, net::Buffer::Receive, 8 << 20);
-    let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
+    net::set_buffers(fd, 8 << 20);
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))
 }
 

@@ -148,8 +148,7 @@ impl Endpoint {
 
 fn endpoint(sock: UdpSocket, server: bool, peer: Option<SocketAddr>, stats: Arc<Stats>) -> Endpoint {
     let fd = sock.as_raw_fd();
-    let _ = net::set_buffer(fd, net::Buffer::Receive, 8 << 20);
-    let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
+    net::set_buffers(fd, 8 << 20);
     let clock = Clock(Instant::now());
     let conn = Connection::new(ForecastModel::shared(), clock.now());
     Endpoint { sock, server, peer, conn, clock, stats, buf: vec![0u8; RECEIVE_MTU] }

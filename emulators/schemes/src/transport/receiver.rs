@@ -134,9 +134,8 @@ fn serve(sock: UdpSocket, stats: Arc<Stats>) -> Result<(), String> {
                 }
                 Packet::Ack(state.on_data(seq, sender_us, now_us))
             }
-            // A controller's stand-in for its upstream's control packets: only its place in
-            // the queue mattered.
-            Some(Packet::Control { .. }) => continue,
+            // Anything else, such as a controller's CONTROL datagram (a stand-in for its
+            // upstream's control packets: only its place in the queue mattered).
             _ => continue,
         };
         let len = reply.encode(&mut out);

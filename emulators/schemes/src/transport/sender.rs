@@ -120,8 +120,7 @@ fn send_to_peer(
     sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
     let fd = sock.as_raw_fd();
-    let _ = net::set_buffer(fd, net::Buffer::Send, 8 << 20);
-    let _ = net::set_buffer(fd, net::Buffer::Receive, 8 << 20);
+    net::set_buffers(fd, 8 << 20);
 
     let start = Instant::now();
     let flow = new_flow_id();
