@@ -97,13 +97,14 @@ RUN_FIRST_TIMEOUT_S = 20.0
 #: starts (i - 1) x 10 s after the first, all stop at the end of a 30 s run.
 FLOW_INTERVAL_S = 10.0
 MULTI_FLOW_RUNTIME_S = 30.0
-#: Upstream programs whose first side cannot listen on the port it is given: it binds a port of
-#: its own choosing and prints it, and Pantheon's harness read that line. sprout's server
-#: (alfalfa edcb255 sproutbt2, network.cc try_bind) binds the first free UDP port of 60001-60999
-#: and prints "Listening on port: N"; in the engine's own namespaces, where it is the only
-#: listener (one flow), that is 60001, so the second side is given 60001. Were it another, the
-#: sender would reach nothing and the run would fail its validity check (no data), not pass.
-OWN_PORT = {"sprout": 60001}
+#: Upstream programs (label, era) whose first side cannot listen on the port it is given: it binds
+#: a port of its own choosing and prints it, and Pantheon's harness read that line. The 2017
+#: sprout server (alfalfa edcb255 sproutbt2, network.cc try_bind) binds the first free UDP port of
+#: 60001-60999 and prints "Listening on port: N"; in the engine's own namespaces, where it is the
+#: only listener (one flow), that is 60001, so the second side is given 60001. Were it another, the
+#: sender would reach nothing and the run would fail its validity check (no data), not pass. The
+#: 2018 sprout (keithw/sprout 366e35c, sproutbt2.cc `argc == 2`) listens on the port it is given.
+OWN_PORT = {("sprout", "2017"): 60001}
 METRICS = ("tput", "mean", "p95", "loss")
 
 
@@ -211,8 +212,8 @@ def executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def reference_scheme(label: str, directory: Path, upstream: str = "") -> Scheme | None:
-    """The Pantheon-contract program DIR/<label> as a scheme (None if there is none)."""
+def reference_scheme(label: str, directory: Path, upstream: str = "", era: str = "2017") -> Scheme | None:
+    """The Pantheon-contract program DIR/<label> of `era` as a scheme (None if there is none)."""
     program = directory / label
     if not executable(program):
         return None
@@ -221,8 +222,8 @@ def reference_scheme(label: str, directory: Path, upstream: str = "") -> Scheme 
     fields = dict(name=f"upstream-{label}", run_first=run_first or "receiver", program=(str(program),),
                   aliases=(label,), description=f"{what}: {program}", kind="reference-build",
                   available=run_first is not None, unavailable_reason=reason)
-    if label in OWN_PORT:
-        return OwnPortScheme(**fields, own_port=OWN_PORT[label])  # type: ignore[arg-type]
+    if (label, era) in OWN_PORT:
+        return OwnPortScheme(**fields, own_port=OWN_PORT[label, era])  # type: ignore[arg-type]
     return Scheme(**fields)  # type: ignore[arg-type]
 
 
@@ -238,7 +239,7 @@ class OwnPortScheme(Scheme):
 
 
 def upstream_schemes(labels: Iterable[str], ports: Mapping[str, Port], reference_dir: Path,
-                     pantheon_dir: Path | None, interpreter: str | None) -> dict[str, Scheme]:
+                     pantheon_dir: Path | None, interpreter: str | None, era: str = "2017") -> dict[str, Scheme]:
     """Label -> its upstream build, for the labels that have one (available or not)."""
     if pantheon_dir is not None:
         wrappers = {s.aliases[0]: s for s in pantheon_schemes(pantheon_dir, interpreter)}
@@ -248,7 +249,7 @@ def upstream_schemes(labels: Iterable[str], ports: Mapping[str, Port], reference
             found[label] = replace(wrapper, description=f"Pantheon's wrapper {wrapper.program[-1]}"
                                    + (f" ({upstream})" if upstream else ""))
         return found
-    built = {label: reference_scheme(label, reference_dir, ports[label].upstream if label in ports else "")
+    built = {label: reference_scheme(label, reference_dir, ports[label].upstream if label in ports else "", era)
              for label in labels}
     return {label: scheme for label, scheme in built.items() if scheme is not None}
 
@@ -725,7 +726,8 @@ def main() -> int:
     registry = load_registry()
     everything = list(dict.fromkeys(matrix_labels + known_labels))
     try:
-        upstream = upstream_schemes(everything, ports, args.reference_dir, args.pantheon_dir, args.pantheon_python)
+        upstream = upstream_schemes(everything, ports, args.reference_dir, args.pantheon_dir, args.pantheon_python,
+                                    args.era)
     except CalibrateError as error:
         parser.error(str(error))
     ours = {label: ours_scheme(label, ports, registry, args.ports_program) for label in everything}
@@ -746,7 +748,7 @@ def main() -> int:
                 up, mine = upstream.get(label), ours.get(label)
                 if up is None or mine is None:
                     continue
-                if row.flows > 1 and label in OWN_PORT:
+                if row.flows > 1 and (label, args.era) in OWN_PORT:
                     # its first sides all start at once, each binding the first free port: which
                     # flow got which is a race this harness cannot see (Pantheon's read stdout)
                     print(f"{row.name}: {label} skipped (its upstream picks its own ports: "

@@ -55,7 +55,8 @@ def test_the_ports_are_the_registrys_port_of_entries_for_an_era(bench):
         "saturator": "saturator-2017", "greg_saturator": "greg_saturator-2017", "koho_cc": "koho_cc-2017",
         "copa": "copa-2017", "ledbat": "ledbat-2017", "vegas": "vegas-2017", "quic": "quic-2017",
         "sprout": "sprout-2017", "pcc": "pcc-2017", "verus": "verus-2017", "scream": "scream-2017"}
-    assert set(bench.ports_of(registry, "2018")) == {"copa", "ledbat", "vegas", "taova", "indigo"}
+    assert set(bench.ports_of(registry, "2018")) == {"copa", "ledbat", "vegas", "taova", "indigo", "sprout"}
+    assert bench.ports_of(registry, "2018")["sprout"].name == "sprout-2017"  # the same program
     assert bench.ports_of(registry, "2018")["indigo"].name == "indigo-2018"
     assert bench.ports_of(registry, "2018")["copa"].name == "copa-2018"
     assert bench.ports_of(registry, "2018")["taova"].name == "taova-2018"
@@ -75,6 +76,8 @@ def test_an_upstream_that_binds_its_own_port_is_connected_to_on_that_port(bench,
     (tmp_path / "koho_cc").write_bytes(program.read_bytes())
     (tmp_path / "koho_cc").chmod(0o755)
     assert bench.reference_scheme("koho_cc", tmp_path).argv("sender", 50001, "h")[-1] == "50001"
+    # the 2018 sprout (keithw/sprout 366e35c) listens on the port it is given
+    assert bench.reference_scheme("sprout", tmp_path, "sprout", "2018").argv("sender", 50001, "h")[-1] == "50001"
 
 
 @pytest.mark.parametrize("d_tput, d_p95, sd_tput, sd_p95, expected", [
