@@ -133,10 +133,12 @@ fn run_endpoint(scheme: &Scheme, role: RunFirst, listen: Option<u16>, peer: Opti
             sprout::run_receiver(listen.expect("checked"), stats)
         }
         (Implementation::Udp(UdpCc::Sprout2017), RunFirst::Sender) => sprout::run_sender(peer.expect("checked"), stats),
-        (Implementation::Udp(UdpCc::Scream2017), RunFirst::Receiver) => {
-            scream::run_receiver(listen.expect("checked"), stats)
+        (Implementation::Udp(cc @ (UdpCc::Scream2017 | UdpCc::Scream2018)), RunFirst::Receiver) => {
+            scream::run_receiver(listen.expect("checked"), stats, scream::era_of(*cc))
         }
-        (Implementation::Udp(UdpCc::Scream2017), RunFirst::Sender) => scream::run_sender(peer.expect("checked"), stats),
+        (Implementation::Udp(cc @ (UdpCc::Scream2017 | UdpCc::Scream2018)), RunFirst::Sender) => {
+            scream::run_sender(peer.expect("checked"), stats, scream::era_of(*cc))
+        }
         // A sender-first UDP scheme (verus-2017): the sender listens, the receiver connects.
         (Implementation::Udp(_), RunFirst::Receiver) => match listen {
             Some(port) => transport::run_receiver(port, stats),

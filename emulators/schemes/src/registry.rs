@@ -65,11 +65,13 @@ pub enum UdpCc {
     Sprout2017,
     /// Scream keeps its own datagrams and loop (`crate::scream`), not a [`Controller`].
     Scream2017,
+    /// Pantheon's 2018-2020 scream (the same module, `scream::law::Era::Y2018`).
+    Scream2018,
 }
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 17] = [
+    pub const ALL: [UdpCc; 18] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -87,6 +89,7 @@ impl UdpCc {
         UdpCc::Taova2018,
         UdpCc::Indigo2018,
         UdpCc::Scream2017,
+        UdpCc::Scream2018,
     ];
 
     /// The `controller` that names it in the registry file.
@@ -109,6 +112,7 @@ impl UdpCc {
             UdpCc::Taova2018 => "taova-2018",
             UdpCc::Indigo2018 => "indigo-2018",
             UdpCc::Scream2017 => "scream-2017",
+            UdpCc::Scream2018 => "scream-2018",
         }
     }
 
@@ -144,7 +148,7 @@ impl UdpCc {
             // `usable` refused the scheme already where the tree cannot be read.
             UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),
             UdpCc::Indigo2018 => Box::new(cc::Indigo2018::new(mss)),
-            UdpCc::Sprout2017 | UdpCc::Scream2017 => return None,
+            UdpCc::Sprout2017 | UdpCc::Scream2017 | UdpCc::Scream2018 => return None,
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Pantheon's client and server programs (src/scream/ScreamClient.cc, ScreamServer.cc at
-//! StanfordSNR/pantheon 97c91c4) as event handlers over the laws in [`super::law`]; the
-//! driver (real time in [`super::endpoint`], virtual time in the tests) owns the clocks and
-//! the timers and calls them in upstream's order.
+//! StanfordSNR/pantheon 97c91c4; src/ScreamClient.cc, ScreamServer.cc at StanfordSNR/scream
+//! f099118 for 2018-2020, the same loops but for the stream's arguments, see
+//! [`StreamConfig::pantheon`]) as event handlers over the laws in [`super::law`]; the driver
+//! (real time in [`super::endpoint`], virtual time in the tests) owns the clocks and the
+//! timers and calls them in upstream's order.
 //!
 //! Client: a 40 ms periodic frame timer, a one-shot transmit timer and the socket. A frame
 //! tick sets the encoder to ScreamTx's target, encodes one frame and, unless the transmit
@@ -15,7 +17,7 @@
 //! passed since the last, else a one-shot timer is armed for the rest of the 5 ms in whole
 //! ms (0 ms arms nothing: the feedback then waits for the next packet).
 
-use super::law::{Encoder, Feedback, GlibcRand, RtpPacket, RtpQueue, ScreamRx, ScreamTx, Verdict};
+use super::law::{Encoder, Era, Feedback, GlibcRand, RtpPacket, RtpQueue, ScreamRx, ScreamTx, StreamConfig, Verdict};
 
 /// Frames per second of Pantheon's fake encoder.
 pub const FRAME_RATE: f64 = 25.0;
@@ -23,8 +25,6 @@ pub const FRAME_RATE: f64 = 25.0;
 pub const FRAME_INTERVAL_MS: u64 = 40;
 /// Frame size jitter (VideoEnc's `delta`).
 pub const FRAME_JITTER: f64 = 0.1;
-pub const MIN_BITRATE: f64 = 64e3;
-pub const MAX_BITRATE: f64 = 5e6;
 /// The client stops by itself after this long.
 pub const CLIENT_RUN_MS: u64 = 75_000;
 /// Pantheon's server paces feedback to one per 5 ms at most.
@@ -53,11 +53,16 @@ impl Default for Client {
 }
 
 impl Client {
+    /// Pantheon's 2017 client.
     pub fn new() -> Self {
+        Self::for_era(Era::Y2017)
+    }
+
+    pub fn for_era(era: Era) -> Self {
         Client {
-            tx: ScreamTx::new(MIN_BITRATE, MAX_BITRATE),
+            tx: ScreamTx::with_config(StreamConfig::pantheon(era)),
             queue: RtpQueue::default(),
-            encoder: Encoder::new(FRAME_RATE, FRAME_JITTER, GlibcRand::new(1)),
+            encoder: Encoder::for_era(era, FRAME_RATE, FRAME_JITTER, GlibcRand::new(1)),
             tx_timer_armed: false,
         }
     }
@@ -95,8 +100,8 @@ impl Client {
 
     /// `encodeVideoFrame` then a send try unless the transmit timer is armed.
     pub fn on_frame(&mut self, now: u64) -> ClientActions {
-        self.encoder.set_target(self.tx.target_bitrate());
-        let bytes = self.encoder.encode(&mut self.queue);
+        self.encoder.set_target(self.tx.encoder_target());
+        let bytes = self.encoder.encode_at(&mut self.queue, now);
         self.tx.new_media_frame(now, &mut self.queue, bytes);
         let mut out = ClientActions::default();
         if !self.tx_timer_armed {
@@ -130,6 +135,10 @@ pub struct ServerActions {
 }
 
 impl Server {
+    pub fn for_era(era: Era) -> Self {
+        Server { rx: ScreamRx::for_era(era), timer_armed: false }
+    }
+
     /// `recvRtp`: `now` and `arrival` on the server's clock (µs, whole ms).
     pub fn on_packet(&mut self, now: u64, arrival: u64, seq: u16) -> ServerActions {
         self.rx.receive(arrival, seq);

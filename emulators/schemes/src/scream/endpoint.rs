@@ -3,9 +3,10 @@
 //! in upstream's order, the transmit timer, the frame timer and at most one datagram. Both
 //! clocks count whole milliseconds from the program's start, as sourdough's `timestamp_ms`.
 //!
-//! Wire format (Pantheon's src/scream/Packet.cc, big-endian):
+//! Wire format (Pantheon's src/scream/Packet.cc; the same file in StanfordSNR/scream f099118
+//! src/Packet.cc; big-endian):
 //! ```text
-//! RTP  (client → server): ssrc u32 | seq u16 | RTP-size bytes of filler   (6 + 40..=1220 bytes)
+//! RTP  (client → server): ssrc u32 | seq u16 | RTP-size bytes of filler   (6 + ≤ 1220 bytes)
 //! RTCP (server → client): ssrc u32 | highest seq u16 | ack vector u64 | receive time (ms) u32
 //! ```
 
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::app::{Client, ClientActions, Server, CLIENT_RUN_MS, FRAME_INTERVAL_MS};
-use super::law::{Feedback, RtpPacket};
+use super::law::{Era, Feedback, RtpPacket};
 use crate::net;
 use crate::stats::Stats;
 
@@ -90,13 +91,13 @@ fn prepare(sock: &UdpSocket) -> Result<(), String> {
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))
 }
 
-/// The receiver: Pantheon's `ScreamServer PORT`.
-pub fn run_receiver(port: u16, stats: Arc<Stats>) -> Result<(), String> {
+/// The receiver: Pantheon's `ScreamServer PORT` of `era`.
+pub fn run_receiver(port: u16, stats: Arc<Stats>, era: Era) -> Result<(), String> {
     let sock = net::bind_udp(port).map_err(|e| format!("cannot listen on UDP port {port}: {e}"))?;
     prepare(&sock)?;
     println!("Listening on port: {port}");
     let clock = Clock(Instant::now());
-    let mut server = Server::default();
+    let mut server = Server::for_era(era);
     let mut peer: Option<SocketAddr> = None;
     let mut timer: Option<Instant> = None;
     let mut buf = vec![0u8; RECEIVE_MTU];
@@ -134,14 +135,14 @@ pub fn run_receiver(port: u16, stats: Arc<Stats>) -> Result<(), String> {
     }
 }
 
-/// The sender: Pantheon's `ScreamClient IP PORT`; it stops by itself after 75 s.
-pub fn run_sender(peer: SocketAddr, stats: Arc<Stats>) -> Result<(), String> {
+/// The sender: Pantheon's `ScreamClient IP PORT` of `era`; it stops by itself after 75 s.
+pub fn run_sender(peer: SocketAddr, stats: Arc<Stats>, era: Era) -> Result<(), String> {
     let sock = UdpSocket::bind(net::unspecified_for(&peer)).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
     sock.connect(peer).map_err(|e| format!("cannot connect to {peer}: {e}"))?;
     prepare(&sock)?;
     let start = Instant::now();
     let clock = Clock(start);
-    let mut client = Client::new();
+    let mut client = Client::for_era(era);
     let frame = Duration::from_millis(FRAME_INTERVAL_MS);
     let mut next_frame = start + frame;
     let mut tx_timer: Option<Instant> = None;
