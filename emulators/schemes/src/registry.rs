@@ -61,6 +61,7 @@ pub enum UdpCc {
     /// Reads its rule tree from a file the user supplies (`cc::taova_2018::DNA_ENV`).
     Taova2018,
     Indigo2018,
+    Vivace2018,
     /// Sprout keeps its own datagrams and loop (`crate::sprout`), not a [`Controller`].
     Sprout2017,
     /// Scream keeps its own datagrams and loop (`crate::scream`), not a [`Controller`].
@@ -71,7 +72,7 @@ pub enum UdpCc {
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 18] = [
+    pub const ALL: [UdpCc; 19] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -88,6 +89,7 @@ impl UdpCc {
         UdpCc::Verus2017,
         UdpCc::Taova2018,
         UdpCc::Indigo2018,
+        UdpCc::Vivace2018,
         UdpCc::Scream2017,
         UdpCc::Scream2018,
     ];
@@ -111,6 +113,7 @@ impl UdpCc {
             UdpCc::Verus2017 => "verus-2017",
             UdpCc::Taova2018 => "taova-2018",
             UdpCc::Indigo2018 => "indigo-2018",
+            UdpCc::Vivace2018 => "vivace-2018",
             UdpCc::Scream2017 => "scream-2017",
             UdpCc::Scream2018 => "scream-2018",
         }
@@ -148,6 +151,7 @@ impl UdpCc {
             // `usable` refused the scheme already where the tree cannot be read.
             UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),
             UdpCc::Indigo2018 => Box::new(cc::Indigo2018::new(mss)),
+            UdpCc::Vivace2018 => Box::new(cc::Vivace2018::with_seed(run_seed())),
             UdpCc::Sprout2017 | UdpCc::Scream2017 | UdpCc::Scream2018 => return None,
         })
     }

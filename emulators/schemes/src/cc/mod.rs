@@ -25,6 +25,7 @@ pub mod taova_2018;
 pub mod vegas;
 pub mod vegas_2017;
 pub mod verus_2017;
+pub mod vivace_2018;
 
 pub use copa::Copa;
 pub use copa_2017::Copa2017;
@@ -41,6 +42,7 @@ pub use taova_2018::Taova2018;
 pub use vegas::Vegas;
 pub use vegas_2017::Vegas2017;
 pub use verus_2017::Verus2017;
+pub use vivace_2018::Vivace2018;
 
 /// What the transport learned from one acknowledgement.
 #[derive(Clone, Debug)]

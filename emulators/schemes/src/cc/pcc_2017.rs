@@ -110,6 +110,68 @@ impl Rng {
     }
 }
 
+/// UDT's receiver ACK timer as the sender sees it, and the ACK2s the sender owes for it: the
+/// receiver sends a full ACK when its 10 ms ACK timer has run out and data arrived since
+/// (`CUDT::checkTimers`), and the sender answers each at once with an ACK2 (`CUDT::processCtrl`
+/// case 2). With one of our ACKs per packet, a full ACK is the first ACK [`ACK_INTERVAL`] or
+/// more after the last one.
+#[derive(Clone, Debug, Default)]
+pub struct Ack2Clock {
+    next_full_ack: Duration,
+    due: u32,
+}
+
+impl Ack2Clock {
+    /// An ACK arrived at `now`; true when it stands for a full ACK (an ACK2 is then owed).
+    pub fn on_ack(&mut self, now: Duration) -> bool {
+        if now < self.next_full_ack {
+            return false;
+        }
+        self.next_full_ack = now + ACK_INTERVAL;
+        self.due += 1;
+        true
+    }
+
+    /// The UDP payload of the next ACK2 owed, if any.
+    pub fn take(&mut self) -> Option<u64> {
+        (self.due > 0).then(|| {
+            self.due -= 1;
+            ACK2_PAYLOAD_BYTES
+        })
+    }
+}
+
+/// Which MI each packet was sent in: (first sequence number, MI) of the most recent `cap`
+/// MIs, oldest first.
+#[derive(Clone, Debug)]
+pub struct MiRanges<T> {
+    ranges: std::collections::VecDeque<(u64, T)>,
+    cap: usize,
+}
+
+impl<T: Copy> MiRanges<T> {
+    pub fn new(cap: usize) -> Self {
+        Self { ranges: std::collections::VecDeque::new(), cap }
+    }
+
+    /// MI `mi` starts with packet `first_seq`.
+    pub fn push(&mut self, first_seq: u64, mi: T) {
+        self.ranges.push_back((first_seq, mi));
+        while self.ranges.len() > self.cap {
+            self.ranges.pop_front();
+        }
+    }
+
+    /// The MI of packet `seq` and `seq`'s place in it (0 for its first packet).
+    pub fn of(&self, seq: u64) -> Option<(T, u64)> {
+        let idx = self.ranges.partition_point(|&(first, _)| first <= seq);
+        (idx > 0).then(|| {
+            let (first, mi) = self.ranges[idx - 1];
+            (mi, seq - first)
+        })
+    }
+}
+
 /// The logistic function σ(x) = 1/(1 + e^−x).
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -389,15 +451,12 @@ pub struct Pcc2017 {
     monitor_ttl: u32,
     /// MIs all sent and not yet ended.
     left_monitor: u32,
-    /// (first sequence number, MI number) of the recent MIs, oldest first.
-    ranges: std::collections::VecDeque<(u64, i32)>,
+    ranges: MiRanges<i32>,
     /// MI numbers of the packets that arrived since the last report.
     batch: Vec<i32>,
     /// UDT's smoothed RTT, µs.
     rtt_us: i64,
-    next_rtt_sample: Duration,
-    /// ACK2s owed to the receiver (one per UDT full ACK).
-    ack2_due: u32,
+    ack2: Ack2Clock,
     ended: u64,
 }
 
@@ -416,11 +475,10 @@ impl Pcc2017 {
             current_monitor: -1,
             monitor_ttl: 0,
             left_monitor: 0,
-            ranges: std::collections::VecDeque::new(),
+            ranges: MiRanges::new(MAX_MONITOR_NUMBER),
             batch: Vec::with_capacity(REPORT_BATCH),
             rtt_us: INITIAL_RTT_US,
-            next_rtt_sample: Duration::ZERO,
-            ack2_due: 0,
+            ack2: Ack2Clock::default(),
             ended: 0,
         }
     }
@@ -468,15 +526,7 @@ impl Pcc2017 {
             rtt_sum_us: 0.0,
             rtt_count: 0,
         };
-        self.ranges.push_back((next_seq, id));
-        while self.ranges.len() > MAX_MONITOR_NUMBER {
-            self.ranges.pop_front();
-        }
-    }
-
-    fn monitor_of(&self, seq: u64) -> Option<i32> {
-        let idx = self.ranges.partition_point(|&(first, _)| first <= seq);
-        (idx > 0).then(|| self.ranges[idx - 1].1)
+        self.ranges.push(next_seq, id);
     }
 
     /// A receiver report of the packets in `batch`, the last one sent at `last_sent`.
@@ -530,13 +580,11 @@ impl Controller for Pcc2017 {
     fn on_ack(&mut self, ack: &AckEvent) {
         // UDT's ACK timer: one full ACK per 10 ms, answered with an ACK2, whose arrival gives
         // the receiver the RTT sample for its 7/8 EWMA.
-        if ack.now >= self.next_rtt_sample {
+        if self.ack2.on_ack(ack.now) {
             let sample = ack.rtt.as_micros() as i64;
             self.rtt_us = (self.rtt_us * 7 + sample) >> 3;
-            self.next_rtt_sample = ack.now + ACK_INTERVAL;
-            self.ack2_due += 1;
         }
-        let Some(m) = self.monitor_of(ack.seq) else { return };
+        let Some((m, _)) = self.ranges.of(ack.seq) else { return };
         self.batch.push(m);
         if self.batch.len() == REPORT_BATCH {
             self.on_report(ack.now, ack.sent_at);
@@ -573,10 +621,7 @@ impl Controller for Pcc2017 {
     }
 
     fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
-        (self.ack2_due > 0).then(|| {
-            self.ack2_due -= 1;
-            ACK2_PAYLOAD_BYTES
-        })
+        self.ack2.take()
     }
 }
 
