@@ -242,3 +242,21 @@ def test_calibration_runs_the_targets_own_schemes_from_a_pantheon_checkout(panth
     assert default.era == "2017" and "quic-cubic" not in default.schemes.values()
     named = problem_of(load_target("nepal"), RunConfig(target="nepal", schemes=("quic",)))
     assert named.schemes["quic"] == "quic-2017"
+
+
+def test_runs_shorter_than_the_targets_are_announced():
+    from calibrate.cli.common import dropped_lines
+    from calibrate.runs.config import RunConfig
+    from calibrate.runs.problem import Problem, problem_of
+    from calibrate.targets.load import load_target
+
+    target = load_target("nepal")  # Pantheon's 30 s runs
+    short = problem_of(target, RunConfig(target="nepal", runtime_s=10.0))
+    assert short.target_runtime_s == 30.0
+    assert any("runs of 10 s against the target's 30 s" in line and "--runtime 30" in line
+               for line in dropped_lines(short))
+    config = RunConfig(target="nepal", runtime_s=30.0)
+    same = problem_of(target, config)
+    assert not any("against the target's" in line for line in dropped_lines(same))
+    # read back from run.json, the problem still knows the target's runtime
+    assert Problem.from_json(short.to_json(), target, config).target_runtime_s == 30.0

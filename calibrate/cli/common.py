@@ -243,7 +243,7 @@ def workload_text(problem: Any, config: Any) -> str:
 def dropped_lines(problem: Any) -> list[str]:
     """The notes for the target's schemes that are not scored (the ones without an
     implementation here on one line, every other with its reason), a warning per stand-in
-    scored, and the era assumed for a target without a date."""
+    scored, the era assumed for a target without a date, and runs shorter than the target's."""
     unknown = [label for label, why in problem.dropped.items() if why.startswith("unknown scheme")]
     lines = [f"calibrate: not scored, no implementation on this host (see `calibrate schemes`): "
              f"{', '.join(unknown)}"] if unknown else []
@@ -255,6 +255,11 @@ def dropped_lines(problem: Any) -> list[str]:
         lines.append(f"calibrate: note: the target has no date; its labels are read as the schemes "
                      f"Pantheon ran in {problem.era} (a saturator or koho_cc label means 2017, "
                      "else 2018-2020)")
+    ours, theirs = problem.workload.runtime_s, problem.target_runtime_s
+    if theirs is not None and ours < theirs:
+        lines.append(f"calibrate: note: runs of {ours:g} s against the target's {theirs:g} s: a scheme "
+                     f"that ramps up slowly (scream) is scored short of the steady state the target "
+                     f"measured; --runtime {theirs:g} matches the target")
     return lines
 
 

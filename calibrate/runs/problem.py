@@ -58,6 +58,9 @@ class Problem:
     substitutes: Mapping[str, str] = field(default_factory=dict)
     era: str | None = None  # the era of Pantheon's scheme builds the labels were read in
     era_assumed: bool = False  # the target has no date: the era was read from its labels
+    #: the target's own runs' length (s): ours may be shorter (`workload.runtime_s`), cheaper but
+    #: scoring schemes that ramp slowly short of the steady state the target measured
+    target_runtime_s: float | None = None
 
     def flow_keys(self) -> list[str]:
         return [TOTAL] if self.workload.flows == 1 else [str(f) for f in range(1, self.workload.flows + 1)]
@@ -115,7 +118,7 @@ class Problem:
         return cls(real=real, schemes=schemes, dropped=dict(data.get("dropped", {})),
                    substitutes=dict(data.get("substitutes", {})), era=data.get("era"),
                    era_assumed=bool(data.get("era_assumed", False)),
-                   workload=workload,
+                   target_runtime_s=target.workload.runtime_s, workload=workload,
                    space=SearchSpace.from_bounds({k: (float(v[0]), float(v[1]))
                                                   for k, v in space["bounds"].items()},
                                                  space.get("fixed", {})),
@@ -204,5 +207,5 @@ def problem_of(target: Target, config: RunConfig, registry: Registry | None = No
     substitutes = {label: f"{s.name} is not the program Pantheon ran ({s.difference()})"
                    for label, s in schemes.items() if not s.faithful and s.name != label}
     return Problem(real, {label: s.name for label, s in schemes.items()}, dropped, workload,
-                   space, start, substitutes, era, era_assumed)
+                   space, start, substitutes, era, era_assumed, target.workload.runtime_s)
 
