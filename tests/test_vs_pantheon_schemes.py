@@ -55,10 +55,11 @@ def test_the_ports_are_the_registrys_port_of_entries_for_an_era(bench):
         "saturator": "saturator-2017", "greg_saturator": "greg_saturator-2017", "koho_cc": "koho_cc-2017",
         "copa": "copa-2017", "ledbat": "ledbat-2017", "vegas": "vegas-2017", "quic": "quic-2017",
         "sprout": "sprout-2017", "pcc": "pcc-2017", "verus": "verus-2017", "scream": "scream-2017"}
-    assert set(bench.ports_of(registry, "2018")) == {"copa", "ledbat", "vegas", "taova", "indigo"}
+    assert set(bench.ports_of(registry, "2018")) == {"copa", "ledbat", "vegas", "taova", "indigo", "quic"}
     assert bench.ports_of(registry, "2018")["indigo"].name == "indigo-2018"
     assert bench.ports_of(registry, "2018")["copa"].name == "copa-2018"
     assert bench.ports_of(registry, "2018")["taova"].name == "taova-2018"
+    assert bench.ports_of(registry, "2018")["quic"].name == "quic-2018"
     assert "genericCC" in ports["copa"].upstream
 
 
