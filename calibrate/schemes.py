@@ -183,7 +183,7 @@ class Registry:
                 "--schemes to score it anyway")
             raise InputError(impossible.message() + instead)
         if available:
-            stand_in = available[0]
+            stand_in = unfaithful[0]  # what runs when the label is named
             raise InputError(f"no faithful implementation of {label!r}{in_era} here; "
                              f"{stand_in.name} stands in ({stand_in.difference()}); name {label} in "
                              "--schemes to score it anyway")

@@ -1,5 +1,6 @@
-//! QUIC bulk transfer over quinn with its Cubic, NewReno or BBR congestion controller, and
-//! `quic-2017`: Pantheon's 2017 `quic` (google/proto-quic 9c52057, Chromium 54) as it behaved.
+//! QUIC bulk transfer over quinn with its Cubic, NewReno or BBR congestion controller,
+//! `quic-2017`: Pantheon's 2017 `quic` (google/proto-quic 9c52057, Chromium 54) as it behaved,
+//! and `quic-2018`: Pantheon's 2018–2020 `quic` (proto-quic 77961f1, Chromium 60).
 //!
 //! Sender-first, like Pantheon's `quic` wrapper (whose server sends a large file): the
 //! sender listens on PORT with a certificate made at start (rcgen, self-signed), and for
@@ -35,7 +36,7 @@
 //!
 //! Reproduced here by an application-level credit carried on the same bidirectional
 //! stream (quinn's own flow control stays at 64 MiB and never binds, because quinn
-//! refreshes its window at 1/8 of it, not 1/2): the receiver runs `ReceiveWindow2017`
+//! refreshes its window at 1/8 of it, not 1/2): the receiver runs `ReceiveWindow`
 //! on the bytes it reads in order and writes every new limit as 8 big-endian bytes; the
 //! sender starts with 16 KB of credit and never writes past the latest limit. Also as
 //! Chromium 54 ran it:
@@ -54,6 +55,35 @@
 //! Not reproduced: the refill of burst tokens when the sender leaves quiescence, the
 //! slower pacing (1.25 × a reduced cwnd) after a loss, and TcpCubicSender's two emulated
 //! connections (quinn's Cubic backs off by 0.7, not 0.85); the 50 MB page is endless here.
+//!
+//! # `quic-2018` (`QuicCc::Cubic2018`)
+//! Pantheon's wrapper from 2018 on (StanfordSNR/pantheon `src/wrappers/quic.py`, submodule
+//! proto-quic 77961f1) runs the same two programs with the same arguments (`quic_server
+//! --port --quic_response_cache_dir --certificate_file --key_file`, `quic_client --host
+//! --port https://www.example.org/`, retried up to 5 times), no patch, a 500 MB page. In
+//! proto-quic 77961f1 (`src/net/BUILD.gn`, targets `quic_client` and `quic_server`) the
+//! client is still `QuicSimpleClient`, but it now derives its `Initialize` from
+//! `QuicClientBase::Initialize` (`net/tools/quic/quic_client_base.cc`), which raises a
+//! receive window left at `kMinimumFlowControlSendWindow` to 6 MB for the stream and 15 MB
+//! for the session ("the same values that Chrome uses"). The client still does not
+//! auto-tune (`QuicSession`'s flow controller: server perspective only; streams inherit it)
+//! and `QuicFlowController::MaybeSendWindowUpdate` still refreshes at half. So:
+//! * the receiver's credit is the 2017 loop with a 6 MB window (`WINDOW_2018`); the 15 MB
+//!   session window never binds before it (a stream limit is at most consumed + 6 MB, a
+//!   session refresh comes below consumed + 7.5 MB). It lets at least 3 MB be in flight,
+//!   more than the largest congestion window, so the congestion controller sets the rate:
+//!   no cap per round trip;
+//! * the server's controller is `kCubicBytes` (`QuicConnection`'s constructor; BBR only
+//!   when the client asks with TBBR, PCC never: the toy client sends no connection
+//!   options), i.e. `TcpCubicSenderBytes`, reproduced in `cubic_2018` (initial window
+//!   32 × 1460, at most 2000 × 1460, hybrid slow start, Cubic with 2 emulated
+//!   connections);
+//! * 1350-byte packets as in 2017 (`quic_simple_client_bin.cc` sets
+//!   `kDefaultMaxPacketSize`; the server adopts the CHLO's size), no MTU discovery;
+//! * pacing: the flow is window limited, so pacing happens inside quinn's send loop, not
+//!   on the writes: quinn's pacer (1.25 × window / srtt, Chromium's congestion-avoidance
+//!   rate; bursts of at least 10 packets) stands in for `PacingSender`. `Pacer2017` cannot
+//!   apply: it spaces writes, and writes of a window-limited sender queue in quinn.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -68,6 +98,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use crate::net;
 use crate::stats::Stats;
 
+mod cubic_2018;
+
 const ALPN: &[u8] = b"calibrate-bulk";
 const SERVER_NAME: &str = "calibrate-scheme";
 const FLOW_CONTROL_WINDOW: u32 = 64 << 20;
@@ -79,7 +111,9 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// proto-quic 54's stream and session receive window on the toy client
 /// (`kMinimumFlowControlSendWindow`), and the sender's credit before any update.
 const WINDOW_2017: u64 = 16 * 1024;
-/// proto-quic 54's packet size (`kDefaultMaxPacketSize`), a UDP payload.
+/// proto-quic 60's stream receive window on the toy client (`QuicClientBase::Initialize`).
+const WINDOW_2018: u64 = 6 * 1024 * 1024;
+/// proto-quic's packet size in both eras (`kDefaultMaxPacketSize`), a UDP payload.
 const PACKET_2017: u16 = 1350;
 /// Stream bytes released per paced packet: what fits a 1350-byte quinn packet with its
 /// short header (8-byte connection id), AEAD tag, STREAM frame header and an ACK frame.
@@ -100,11 +134,14 @@ pub enum QuicCc {
     /// proto-quic 54 (Pantheon 2017) as it behaved: quinn Cubic under the toy client's 16 KB
     /// receive window refreshed at half-consumption (about 9 KB per round trip).
     Cubic2017,
+    /// proto-quic 60 (Pantheon 2018–2020): Chromium's TcpCubicSenderBytes (`cubic_2018`)
+    /// under the toy client's 6 MB stream window, which never binds.
+    Cubic2018,
 }
 
 impl QuicCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [QuicCc; 4] = [QuicCc::Cubic, QuicCc::NewReno, QuicCc::Bbr, QuicCc::Cubic2017];
+    pub const ALL: [QuicCc; 5] = [QuicCc::Cubic, QuicCc::NewReno, QuicCc::Bbr, QuicCc::Cubic2017, QuicCc::Cubic2018];
 
     /// The `controller` that names it in the registry file (calibrate/data/schemes.json).
     pub fn name(self) -> &'static str {
@@ -113,6 +150,18 @@ impl QuicCc {
             QuicCc::NewReno => "newreno",
             QuicCc::Bbr => "bbr",
             QuicCc::Cubic2017 => "cubic-2017",
+            QuicCc::Cubic2018 => "cubic-2018",
+        }
+    }
+
+    /// The proto-quic toy client's stream receive window of the era, carried as credit on
+    /// the data stream (`None`: quinn's own flow control only). Also marks proto-quic's
+    /// 1350-byte packets.
+    fn receive_window(self) -> Option<u64> {
+        match self {
+            QuicCc::Cubic2017 => Some(WINDOW_2017),
+            QuicCc::Cubic2018 => Some(WINDOW_2018),
+            QuicCc::Cubic | QuicCc::NewReno | QuicCc::Bbr => None,
         }
     }
 
@@ -130,13 +179,14 @@ fn transport_config(cc: QuicCc) -> Result<Arc<TransportConfig>, String> {
             cubic.initial_window(INITIAL_CWND_2017);
             t.congestion_controller_factory(Arc::new(cubic))
         }
+        QuicCc::Cubic2018 => t.congestion_controller_factory(Arc::new(cubic_2018::ChromiumCubicConfig)),
         QuicCc::NewReno => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
         QuicCc::Bbr => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
     };
     t.stream_receive_window(VarInt::from_u32(FLOW_CONTROL_WINDOW));
     t.receive_window(VarInt::from_u32(FLOW_CONTROL_WINDOW));
     t.send_window(FLOW_CONTROL_WINDOW as u64);
-    if cc == QuicCc::Cubic2017 {
+    if cc.receive_window().is_some() {
         t.initial_mtu(PACKET_2017);
         t.mtu_discovery_config(None);
     } else {
@@ -265,8 +315,9 @@ pub fn run_sender(cc: QuicCc, port: u16, stats: Arc<Stats>) -> Result<(), String
 
 async fn send_forever(cc: QuicCc, incoming: quinn::Incoming, stats: &Stats) -> Result<(), String> {
     let conn = incoming.await.map_err(|e| format!("handshake failed: {e}"))?;
-    if cc == QuicCc::Cubic2017 {
-        return send_2017(&conn, stats).await;
+    if let Some(window) = cc.receive_window() {
+        let pacer = (cc == QuicCc::Cubic2017).then(Pacer2017::new);
+        return send_with_credit(&conn, stats, window, pacer).await;
     }
     let mut stream = conn.open_uni().await.map_err(|e| format!("cannot open a stream: {e}"))?;
     let buf: Vec<u8> = (0..IO_CHUNK).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
@@ -285,8 +336,8 @@ pub fn run_receiver(cc: QuicCc, peer: SocketAddr, stats: Arc<Stats>, connect_tim
             quinn::Endpoint::new(EndpointConfig::default(), None, sized_socket(sock), Arc::new(quinn::TokioRuntime))
                 .map_err(|e| format!("cannot start the QUIC endpoint: {e}"))?;
         let conn = connect_with_retry(&endpoint, config, peer, connect_timeout).await?;
-        if cc == QuicCc::Cubic2017 {
-            return receive_2017(&conn, &stats).await;
+        if let Some(window) = cc.receive_window() {
+            return receive_with_credit(&conn, &stats, window).await;
         }
         let mut stream = conn.accept_uni().await.map_err(|e| format!("no stream from {peer}: {e}"))?;
         loop {
@@ -337,17 +388,17 @@ async fn connect_with_retry(
 }
 
 /// The toy client's receive window, as `QuicFlowController` kept it for the stream and the
-/// session alike (no auto-tuning on the client): the peer may send up to `limit`; once
+/// session alike (no auto-tuning on the client, in either era): the peer may send up to `limit`; once
 /// what is left of the window (limit − consumed) falls below half of it, the limit moves
 /// to consumed + window and is announced (`MaybeSendWindowUpdate`).
 #[derive(Clone, Debug)]
-struct ReceiveWindow2017 {
+struct ReceiveWindow {
     window: u64,
     consumed: u64,
     limit: u64,
 }
 
-impl ReceiveWindow2017 {
+impl ReceiveWindow {
     fn new(window: u64) -> Self {
         Self { window, consumed: 0, limit: window }
     }
@@ -443,12 +494,18 @@ impl Pacer2017 {
     }
 }
 
-/// quic-2017 sender: one bidirectional stream; data goes out on it within the receiver's
-/// credit (16 KB at first, then each limit the receiver writes back on the same stream),
-/// one paced packet's worth per write.
-async fn send_2017(conn: &quinn::Connection, stats: &Stats) -> Result<(), String> {
+/// quic-2017 and quic-2018 sender: one bidirectional stream; data goes out on it within the
+/// receiver's credit (`window` at first, then each limit the receiver writes back on the
+/// same stream). With `pacer` (2017) one paced packet's worth per write; without (2018)
+/// writes of up to `IO_CHUNK`, paced by quinn.
+async fn send_with_credit(
+    conn: &quinn::Connection,
+    stats: &Stats,
+    window: u64,
+    mut pacer: Option<Pacer2017>,
+) -> Result<(), String> {
     let (mut stream, mut credits) = conn.open_bi().await.map_err(|e| format!("cannot open a stream: {e}"))?;
-    let (limit_tx, mut limit_rx) = tokio::sync::watch::channel(WINDOW_2017);
+    let (limit_tx, mut limit_rx) = tokio::sync::watch::channel(window);
     tokio::spawn(async move {
         let mut msg = [0u8; 8];
         while credits.read_exact(&mut msg).await.is_ok() {
@@ -462,31 +519,33 @@ async fn send_2017(conn: &quinn::Connection, stats: &Stats) -> Result<(), String
             });
         }
     });
-    let buf: Vec<u8> = (0..CHUNK_2017).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
-    let mut pacer = Pacer2017::new();
+    let chunk = if pacer.is_some() { CHUNK_2017 } else { IO_CHUNK };
+    let buf: Vec<u8> = (0..chunk).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
     let mut written = 0u64;
     loop {
         if written >= *limit_rx.borrow_and_update() {
             limit_rx.changed().await.map_err(|_| "the receiver's credit stream ended".to_string())?;
             continue;
         }
-        if let Some(at) = pacer.release_at(Instant::now()) {
+        if let Some(at) = pacer.as_mut().and_then(|p| p.release_at(Instant::now())) {
             tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
         }
         let room = *limit_rx.borrow() - written;
-        let n = room.min(CHUNK_2017 as u64) as usize;
+        let n = room.min(chunk as u64) as usize;
         stream.write_all(&buf[..n]).await.map_err(|e| format!("write failed: {e}"))?;
         written += n as u64;
         stats.add_bytes(n as u64);
-        pacer.on_sent(Instant::now(), Pacer2017::interval(conn.rtt()));
+        if let Some(p) = pacer.as_mut() {
+            p.on_sent(Instant::now(), Pacer2017::interval(conn.rtt()));
+        }
     }
 }
 
-/// quic-2017 receiver: reads the sender's stream in order and writes back each new limit
-/// of its 16 KB window (8 bytes, big-endian) on the same stream.
-async fn receive_2017(conn: &quinn::Connection, stats: &Stats) -> Result<(), String> {
+/// quic-2017 and quic-2018 receiver: reads the sender's stream in order and writes back each
+/// new limit of its `window` (8 bytes, big-endian) on the same stream.
+async fn receive_with_credit(conn: &quinn::Connection, stats: &Stats, window: u64) -> Result<(), String> {
     let (mut credits, mut stream) = conn.accept_bi().await.map_err(|e| format!("no stream from the sender: {e}"))?;
-    let mut window = ReceiveWindow2017::new(WINDOW_2017);
+    let mut window = ReceiveWindow::new(window);
     loop {
         match stream.read_chunk(IO_CHUNK, true).await {
             Ok(Some(chunk)) => {
@@ -512,7 +571,7 @@ mod tests {
 
     #[test]
     fn window_is_refreshed_once_less_than_half_is_left() {
-        let mut w = ReceiveWindow2017::new(WINDOW_2017);
+        let mut w = ReceiveWindow::new(WINDOW_2017);
         assert_eq!(w.on_consumed(4096), Ok(None));
         // Exactly half left: no update yet.
         assert_eq!(w.on_consumed(4096), Ok(None));
@@ -525,18 +584,18 @@ mod tests {
 
     #[test]
     fn data_beyond_the_limit_is_a_violation() {
-        let mut w = ReceiveWindow2017::new(WINDOW_2017);
+        let mut w = ReceiveWindow::new(WINDOW_2017);
         assert!(w.on_consumed(WINDOW_2017 + 1).is_err());
     }
 
-    /// Stream bytes the credit loop delivers per round trip over a loss-free FIFO path of
-    /// `owd` each way and `rate` bytes/s, with `CHUNK_2017`-byte packets of 1378 bytes on
-    /// the wire sent as soon as credit arrives, measured from 5 s to 20 s.
-    fn delivered_per_round_trip(owd: f64, rate: f64) -> f64 {
+    /// Stream bytes the credit loop of a `window` delivers per round trip over a loss-free
+    /// FIFO path of `owd` each way and `rate` bytes/s, with `CHUNK_2017`-byte packets of 1378
+    /// bytes on the wire sent as soon as credit arrives, measured from 5 s to 20 s.
+    fn delivered_per_round_trip(window: u64, owd: f64, rate: f64) -> f64 {
         let wire = f64::from(PACKET_2017) + 28.0;
-        let mut window = ReceiveWindow2017::new(WINDOW_2017);
+        let mut credits: VecDeque<(f64, u64)> = VecDeque::from([(0.0, window)]);
+        let mut window = ReceiveWindow::new(window);
         let mut packets: VecDeque<(f64, u64)> = VecDeque::new();
-        let mut credits: VecDeque<(f64, u64)> = VecDeque::from([(0.0, WINDOW_2017)]);
         let (mut sent, mut link_free, mut counted) = (0u64, 0.0f64, 0u64);
         let (start, end) = (5.0, 20.0);
         loop {
@@ -579,7 +638,7 @@ mod tests {
             // packet's serialization.
             let per_loop = (WINDOW_2017 + CHUNK_2017 as u64) as f64 / 2.0;
             let expected = per_loop * 2.0 * owd / (2.0 * owd + wire / rate);
-            let per_rtt = delivered_per_round_trip(owd, rate);
+            let per_rtt = delivered_per_round_trip(WINDOW_2017, owd, rate);
             assert!(
                 (per_rtt / expected - 1.0).abs() < 0.05,
                 "{owd_ms} ms, {mbps} Mbit/s: {per_rtt:.0} bytes per round trip, expected ~{expected:.0}"
@@ -588,9 +647,31 @@ mod tests {
             assert!(measured_per_loop > WINDOW_2017 as f64 / 2.0 && measured_per_loop < WINDOW_2017 as f64);
         }
         // Where the window exceeds the path's capacity the link is the limit.
-        let per_rtt = delivered_per_round_trip(0.005, 2e6 / 8.0);
+        let per_rtt = delivered_per_round_trip(WINDOW_2017, 0.005, 2e6 / 8.0);
         let capacity = 2e6 / 8.0 * 0.010 * CHUNK_2017 as f64 / wire;
         assert!((per_rtt / capacity - 1.0).abs() < 0.05, "{per_rtt:.0} vs {capacity:.0}");
+    }
+
+    #[test]
+    fn the_2018_window_leaves_the_link_the_limit_where_2017_capped_at_9_kb() {
+        // Wherever the path holds no more than Chromium's largest congestion window
+        // (2000 × 1460 bytes), the 6 MB window refreshed at half never starves the link.
+        let wire = f64::from(PACKET_2017) + 28.0;
+        for (owd_ms, mbps) in [(5.0, 10.0), (28.0, 10.0), (28.0, 100.0), (100.0, 100.0), (150.0, 6.0)] {
+            let (owd, rate) = (owd_ms / 1e3, mbps * 1e6 / 8.0);
+            assert!(rate * 2.0 * owd <= cubic_2018::MAX_WINDOW as f64);
+            let capacity = rate * 2.0 * owd * CHUNK_2017 as f64 / wire;
+            let per_rtt = delivered_per_round_trip(WINDOW_2018, owd, rate);
+            assert!(
+                per_rtt > 0.97 * capacity,
+                "{owd_ms} ms, {mbps} Mbit/s: {per_rtt:.0} of {capacity:.0} per round trip"
+            );
+            let capped = delivered_per_round_trip(WINDOW_2017, owd, rate);
+            assert!(capped < 10_000.0 || capped > 0.97 * capacity, "{capped:.0}");
+        }
+        // The window binds only beyond 3 MB per round trip.
+        let per_rtt = delivered_per_round_trip(WINDOW_2018, 0.2, 1e9 / 8.0);
+        assert!(per_rtt > 0.45 * WINDOW_2018 as f64 && per_rtt < 0.55 * WINDOW_2018 as f64, "{per_rtt:.0}");
     }
 
     #[test]
@@ -672,7 +753,9 @@ mod tests {
             let config = client_config(QuicCc::Cubic2017).unwrap();
             let conn = connect_with_retry(&client, config, addr, Duration::from_secs(10)).await.unwrap();
             let stats = Stats::new("quic-2017", "receiver", "chunks");
-            let ended = tokio::time::timeout(Duration::from_millis(1500), receive_2017(&conn, &stats)).await;
+            let ended =
+                tokio::time::timeout(Duration::from_millis(1500), receive_with_credit(&conn, &stats, WINDOW_2017))
+                    .await;
             assert!(ended.is_err(), "the receiver stopped: {ended:?}");
             assert!(stats.bytes() > 100_000, "only {} bytes arrived", stats.bytes());
             assert!(sender_stats.bytes() <= stats.bytes() + WINDOW_2017);
@@ -682,6 +765,57 @@ mod tests {
             // (writes are short only at the credit's edge).
             let per_frame = stats.bytes() as f64 / path.frame_rx.stream as f64;
             assert!(per_frame > 1000.0 && per_frame <= CHUNK_2017 as f64, "{per_frame:.0} bytes per STREAM frame");
+        });
+    }
+
+    /// quic-2018's endpoints over the loopback interface: 1350-byte packets, Chromium's
+    /// controller on the sender (its window between the initial 32 and the cap of 2000
+    /// packets of 1460 bytes), data within the 6 MB credit, far more than 16 KB per round trip.
+    #[test]
+    fn loopback_2018_transfer_runs_chromiums_controller_within_the_6_mb_credit() {
+        let rt = runtime().unwrap();
+        rt.block_on(async {
+            let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = server_sock.local_addr().unwrap();
+            let server = quinn::Endpoint::new(
+                EndpointConfig::default(),
+                Some(server_config(QuicCc::Cubic2018).unwrap()),
+                server_sock,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .unwrap();
+            let sender_stats = Arc::new(Stats::new("quic-2018", "sender", "chunks"));
+            let s = Arc::clone(&sender_stats);
+            let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let conn = server.accept().await.unwrap().await.unwrap();
+                conn_tx.send(conn.clone()).unwrap();
+                let _ = send_with_credit(&conn, &s, WINDOW_2018, None).await;
+            });
+            let client = quinn::Endpoint::new(
+                EndpointConfig::default(),
+                None,
+                UdpSocket::bind("127.0.0.1:0").unwrap(),
+                Arc::new(quinn::TokioRuntime),
+            )
+            .unwrap();
+            let config = client_config(QuicCc::Cubic2018).unwrap();
+            let conn = connect_with_retry(&client, config, addr, Duration::from_secs(10)).await.unwrap();
+            let stats = Stats::new("quic-2018", "receiver", "chunks");
+            let ended =
+                tokio::time::timeout(Duration::from_millis(1500), receive_with_credit(&conn, &stats, WINDOW_2018))
+                    .await;
+            assert!(ended.is_err(), "the receiver stopped: {ended:?}");
+            assert!(stats.bytes() > 2_000_000, "only {} bytes arrived", stats.bytes());
+            assert!(sender_stats.bytes() <= stats.bytes() + WINDOW_2018);
+            assert_eq!(conn.stats().path.current_mtu, PACKET_2017);
+            let sender = conn_rx.await.unwrap().stats().path;
+            assert_eq!(sender.current_mtu, PACKET_2017);
+            assert!(
+                sender.cwnd >= 2 * cubic_2018::MSS && sender.cwnd <= cubic_2018::MAX_WINDOW,
+                "sender window {} bytes",
+                sender.cwnd
+            );
         });
     }
 }

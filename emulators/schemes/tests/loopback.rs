@@ -106,7 +106,7 @@ fn kernel_tcp_schemes_move_data() {
 
 #[test]
 fn quic_schemes_move_data() {
-    for scheme in ["quic-cubic", "quic-newreno", "quic-bbr"] {
+    for scheme in ["quic-cubic", "quic-newreno", "quic-bbr", "quic-2018"] {
         let bytes = run_pair(scheme, 1.5, false);
         assert!(bytes > MIN_BYTES, "{scheme}: {bytes} bytes");
     }
