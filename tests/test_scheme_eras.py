@@ -102,6 +102,9 @@ def test_every_port_in_the_registry_file_names_a_label_and_an_era():
     # quic: proto-quic 54's toy client capped the flow at ~9 KB per round trip; 60's does not
     assert [e.name for e in ports_of("quic", "2017")] == ["quic-2017"]
     assert [e.name for e in ports_of("quic", "2018")] == ["quic-2018"]
+    # pcc_experimental (PCC-Uspace cd43e34) ran only from 2018 on
+    assert [e.name for e in ports_of("pcc_experimental", "2018")] == ["pcc_experimental-2018"]
+    assert ports_of("pcc_experimental", "2017") == ()
     # today's stand-ins stay, under their own names, with their measured difference
     for name in ("udp-copa", "udp-vegas", "udp-ledbat", "udp-saturator", "quic-cubic"):
         entry = next(e for e in ENTRIES if e.name == name)

@@ -56,7 +56,7 @@ def test_the_ports_are_the_registrys_port_of_entries_for_an_era(bench):
         "copa": "copa-2017", "ledbat": "ledbat-2017", "vegas": "vegas-2017", "quic": "quic-2017",
         "sprout": "sprout-2017", "pcc": "pcc-2017", "verus": "verus-2017", "scream": "scream-2017"}
     assert set(bench.ports_of(registry, "2018")) == {"copa", "ledbat", "vegas", "taova", "indigo", "sprout",
-                                                     "scream", "vivace", "quic"}
+                                                     "scream", "vivace", "quic", "pcc_experimental"}
     assert bench.ports_of(registry, "2018")["sprout"].name == "sprout-2017"  # the same program
     assert bench.ports_of(registry, "2018")["scream"].name == "scream-2018"
     assert bench.ports_of(registry, "2018")["vivace"].name == "vivace-2018"
@@ -64,6 +64,7 @@ def test_the_ports_are_the_registrys_port_of_entries_for_an_era(bench):
     assert bench.ports_of(registry, "2018")["copa"].name == "copa-2018"
     assert bench.ports_of(registry, "2018")["taova"].name == "taova-2018"
     assert bench.ports_of(registry, "2018")["quic"].name == "quic-2018"
+    assert bench.ports_of(registry, "2018")["pcc_experimental"].name == "pcc_experimental-2018"
     assert "genericCC" in ports["copa"].upstream
 
 

@@ -56,6 +56,7 @@ pub enum UdpCc {
     Ledbat2017,
     Vegas2017,
     Pcc2017,
+    PccExperimental2018,
     /// Verus's sender listens (sender-first, as upstream's verus_server).
     Verus2017,
     /// Reads its rule tree from a file the user supplies (`cc::taova_2018::DNA_ENV`).
@@ -72,7 +73,7 @@ pub enum UdpCc {
 
 impl UdpCc {
     /// Every variant (the registry's tests check each has an entry).
-    pub const ALL: [UdpCc; 19] = [
+    pub const ALL: [UdpCc; 20] = [
         UdpCc::Vegas,
         UdpCc::Copa,
         UdpCc::Ledbat,
@@ -86,6 +87,7 @@ impl UdpCc {
         UdpCc::Vegas2017,
         UdpCc::Sprout2017,
         UdpCc::Pcc2017,
+        UdpCc::PccExperimental2018,
         UdpCc::Verus2017,
         UdpCc::Taova2018,
         UdpCc::Indigo2018,
@@ -110,6 +112,7 @@ impl UdpCc {
             UdpCc::Vegas2017 => "vegas-2017",
             UdpCc::Sprout2017 => "sprout-2017",
             UdpCc::Pcc2017 => "pcc-2017",
+            UdpCc::PccExperimental2018 => "pcc_experimental-2018",
             UdpCc::Verus2017 => "verus-2017",
             UdpCc::Taova2018 => "taova-2018",
             UdpCc::Indigo2018 => "indigo-2018",
@@ -147,6 +150,8 @@ impl UdpCc {
             UdpCc::Vegas2017 => Box::new(cc::Vegas2017::new(mss)),
             // Upstream seeds glibc's rand() with the clock: each run draws differently.
             UdpCc::Pcc2017 => Box::new(cc::Pcc2017::with_seed(run_seed())),
+            // Likewise (PCC-Uspace's UDT seeds rand() with the clock in CUDT::connect).
+            UdpCc::PccExperimental2018 => Box::new(cc::PccExperimental2018::with_seed(run_seed())),
             UdpCc::Verus2017 => Box::new(cc::Verus2017::new(mss)),
             // `usable` refused the scheme already where the tree cannot be read.
             UdpCc::Taova2018 => Box::new(cc::Taova2018::from_env().ok()?),

@@ -93,8 +93,8 @@ const INITIAL_BOUNDARY: f64 = 0.05;
 const BOUNDARY_INCREMENT: f64 = 0.06;
 
 /// C++'s `int(x)` as x86-64 computes it (`cvttsd2si`): truncation, and `i32::MIN` for NaN
-/// or anything out of range.
-fn trunc_i32(x: f64) -> i32 {
+/// or anything out of range (pcc_experimental-2018's utility truncates the same way).
+pub(crate) fn trunc_i32(x: f64) -> i32 {
     if x.is_nan() || x >= 2_147_483_648.0 || x <= -2_147_483_649.0 {
         i32::MIN
     } else {
