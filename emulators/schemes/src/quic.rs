@@ -721,6 +721,19 @@ mod tests {
         assert!(next >= later + interval * 2 - Duration::from_micros(1), "{:?}", next - later);
     }
 
+    /// A server endpoint of `cc` and a client endpoint on the loopback interface, and the
+    /// server's address.
+    fn loopback_endpoints(cc: QuicCc) -> (quinn::Endpoint, quinn::Endpoint, std::net::SocketAddr) {
+        let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = server_sock.local_addr().unwrap();
+        let endpoint = |config, sock| {
+            quinn::Endpoint::new(EndpointConfig::default(), config, sock, Arc::new(quinn::TokioRuntime)).unwrap()
+        };
+        let server = endpoint(Some(server_config(cc).unwrap()), server_sock);
+        let client = endpoint(None, UdpSocket::bind("127.0.0.1:0").unwrap());
+        (server, client, addr)
+    }
+
     /// The real endpoints over the loopback interface: data flows, the sender never
     /// exceeds the receiver's credit (the receiver stops with an error if it does), and
     /// packets are 1350-byte UDP payloads.
@@ -728,28 +741,13 @@ mod tests {
     fn loopback_transfer_stays_within_the_credit_with_1350_byte_packets() {
         let rt = runtime().unwrap();
         rt.block_on(async {
-            let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let addr = server_sock.local_addr().unwrap();
-            let server = quinn::Endpoint::new(
-                EndpointConfig::default(),
-                Some(server_config(QuicCc::Cubic2017).unwrap()),
-                server_sock,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .unwrap();
+            let (server, client, addr) = loopback_endpoints(QuicCc::Cubic2017);
             let sender_stats = Arc::new(Stats::new("quic-2017", "sender", "chunks"));
             let s = Arc::clone(&sender_stats);
             tokio::spawn(async move {
                 let incoming = server.accept().await.unwrap();
                 let _ = send_forever(QuicCc::Cubic2017, incoming, &s).await;
             });
-            let client = quinn::Endpoint::new(
-                EndpointConfig::default(),
-                None,
-                UdpSocket::bind("127.0.0.1:0").unwrap(),
-                Arc::new(quinn::TokioRuntime),
-            )
-            .unwrap();
             let config = client_config(QuicCc::Cubic2017).unwrap();
             let conn = connect_with_retry(&client, config, addr, Duration::from_secs(10)).await.unwrap();
             let stats = Stats::new("quic-2017", "receiver", "chunks");
@@ -775,15 +773,7 @@ mod tests {
     fn loopback_2018_transfer_runs_chromiums_controller_within_the_6_mb_credit() {
         let rt = runtime().unwrap();
         rt.block_on(async {
-            let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let addr = server_sock.local_addr().unwrap();
-            let server = quinn::Endpoint::new(
-                EndpointConfig::default(),
-                Some(server_config(QuicCc::Cubic2018).unwrap()),
-                server_sock,
-                Arc::new(quinn::TokioRuntime),
-            )
-            .unwrap();
+            let (server, client, addr) = loopback_endpoints(QuicCc::Cubic2018);
             let sender_stats = Arc::new(Stats::new("quic-2018", "sender", "chunks"));
             let s = Arc::clone(&sender_stats);
             let (conn_tx, conn_rx) = tokio::sync::oneshot::channel();
@@ -792,13 +782,6 @@ mod tests {
                 conn_tx.send(conn.clone()).unwrap();
                 let _ = send_with_credit(&conn, &s, WINDOW_2018, None).await;
             });
-            let client = quinn::Endpoint::new(
-                EndpointConfig::default(),
-                None,
-                UdpSocket::bind("127.0.0.1:0").unwrap(),
-                Arc::new(quinn::TokioRuntime),
-            )
-            .unwrap();
             let config = client_config(QuicCc::Cubic2018).unwrap();
             let conn = connect_with_retry(&client, config, addr, Duration::from_secs(10)).await.unwrap();
             let stats = Stats::new("quic-2018", "receiver", "chunks");

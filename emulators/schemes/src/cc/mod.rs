@@ -75,6 +75,26 @@ pub struct AckEvent {
     pub srtt: Duration,
 }
 
+#[cfg(test)]
+impl AckEvent {
+    /// The ACK of packet `seq` alone (`bytes` of it), sent at `sent_at`, arriving at `now`
+    /// with nothing else in flight; the RTT sample is also the smoothed RTT.
+    pub(crate) fn lone(now: Duration, seq: u64, sent_at: Duration, bytes: u64) -> Self {
+        AckEvent {
+            now,
+            seq,
+            sent_at,
+            rtt: now - sent_at,
+            one_way_delay_us: 0,
+            acked_bytes: bytes,
+            bytes_in_flight: 0,
+            next_seq: seq + 1,
+            delivery_rate: None,
+            srtt: now - sent_at,
+        }
+    }
+}
+
 /// A packet the transport gave up on (reordering threshold passed, or timed out).
 #[derive(Clone, Debug)]
 pub struct LossEvent {

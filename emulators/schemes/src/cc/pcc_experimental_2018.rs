@@ -1036,18 +1036,7 @@ mod tests {
 
     fn ack(now_ms: u64, seq: u64, rtt_ms: u64) -> AckEvent {
         let ms = Duration::from_millis;
-        AckEvent {
-            now: ms(now_ms),
-            seq,
-            sent_at: ms(now_ms - rtt_ms),
-            rtt: ms(rtt_ms),
-            one_way_delay_us: 0,
-            acked_bytes: PAYLOAD_BYTES,
-            bytes_in_flight: 0,
-            next_seq: seq + 1,
-            delivery_rate: None,
-            srtt: ms(rtt_ms),
-        }
+        AckEvent::lone(ms(now_ms), seq, ms(now_ms - rtt_ms), PAYLOAD_BYTES)
     }
 
     #[test]

@@ -978,18 +978,7 @@ mod tests {
     }
 
     fn ack(now: Duration, seq: u64, sent_at: Duration) -> AckEvent {
-        AckEvent {
-            now,
-            seq,
-            sent_at,
-            rtt: now - sent_at,
-            one_way_delay_us: 0,
-            acked_bytes: PAYLOAD_BYTES,
-            bytes_in_flight: 0,
-            next_seq: seq + 1,
-            delivery_rate: None,
-            srtt: now - sent_at,
-        }
+        AckEvent::lone(now, seq, sent_at, PAYLOAD_BYTES)
     }
 
     #[test]

@@ -10,18 +10,7 @@ fn ms(v: f64) -> Duration {
 }
 
 fn ack(now: Duration, seq: u64, sent_at: Duration) -> AckEvent {
-    AckEvent {
-        now,
-        seq,
-        sent_at,
-        rtt: now - sent_at,
-        one_way_delay_us: 0,
-        acked_bytes: PACKET_BYTES,
-        bytes_in_flight: 0,
-        next_seq: seq + 1,
-        delivery_rate: None,
-        srtt: now - sent_at,
-    }
+    AckEvent::lone(now, seq, sent_at, PACKET_BYTES)
 }
 
 fn as_f64s(v: &serde_json::Value) -> Vec<f64> {
