@@ -175,18 +175,16 @@ class Registry:
         if usable:
             return usable[0]
         in_era = "" if era is None else f" ({ERAS[era]} era)"
+        # nothing available is faithful here: the first unfaithful one runs when the label is named
+        instead = "" if not unfaithful else (
+            f"{unfaithful[0].name} stands in ({unfaithful[0].difference()}); name {label} in "
+            "--schemes to score it anyway")
         impossible = impossibility(label, era)
         if impossible is not None:
             # the registry file's reason, with its evidence; a stand-in, if any, only when named
-            instead = "" if not available else (
-                f"; {available[0].name} stands in ({available[0].difference()}); name {label} in "
-                "--schemes to score it anyway")
-            raise InputError(impossible.message() + instead)
-        if available:
-            stand_in = unfaithful[0]  # what runs when the label is named
-            raise InputError(f"no faithful implementation of {label!r}{in_era} here; "
-                             f"{stand_in.name} stands in ({stand_in.difference()}); name {label} in "
-                             "--schemes to score it anyway")
+            raise InputError(impossible.message() + (f"; {instead}" if instead else ""))
+        if instead:
+            raise InputError(f"no faithful implementation of {label!r}{in_era} here; {instead}")
         if candidates:
             why = "; ".join(f"{s.name}: {s.unavailable_reason}" for s in candidates)
             raise InputError(f"scheme {label!r}{in_era} is not available on this host ({why})")
