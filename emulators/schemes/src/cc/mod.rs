@@ -158,6 +158,17 @@ pub trait Controller: Send {
     fn loss_timeout(&self) -> Option<Duration> {
         None
     }
+    /// Whether the sending socket keeps the kernel's default buffers (`net.core.wmem_default`,
+    /// 212 992 bytes on a stock Linux), as an upstream program that never set `SO_SNDBUF` did,
+    /// instead of the transport's 8 MB: a burst that outruns the interface then meets a full
+    /// socket, as the upstream's did. Default: the transport's buffers.
+    fn kernel_socket_buffers(&self) -> bool {
+        false
+    }
+    /// The local socket refused a DATA packet at `now` (its send buffer is full: EAGAIN or
+    /// ENOBUFS). The transport tries again once there is room; a controller whose upstream
+    /// program dropped the packet and reacted (verus: a loss) does so here. Default: nothing.
+    fn on_send_refused(&mut self, _now: Duration) {}
     /// A control datagram the upstream program's sender puts on the data path besides its
     /// data (UDT answers each full ACK with a 20-byte ACK2): its UDP payload in bytes, or None
     /// when none is due. The transport asks after every ACK and timer, at `now`, until None,

@@ -119,6 +119,11 @@ impl SenderCore {
         Some((bytes as usize).clamp(CONTROL_MIN_BYTES, CONTROL_MAX_BYTES))
     }
 
+    /// The local socket refused the next DATA packet at `now` (its send buffer is full).
+    pub fn on_send_refused(&mut self, now: Duration) {
+        self.cc.on_send_refused(now);
+    }
+
     pub fn controller(&self) -> &dyn Controller {
         self.cc.as_ref()
     }

@@ -120,7 +120,9 @@ fn send_to_peer(
     sock.connect(peer).map_err(|e| format!("cannot reach {peer}: {e}"))?;
     sock.set_nonblocking(true).map_err(|e| format!("cannot make the socket non-blocking: {e}"))?;
     let fd = sock.as_raw_fd();
-    net::set_buffers(fd, 8 << 20);
+    if !cc.kernel_socket_buffers() {
+        net::set_buffers(fd, 8 << 20);
+    }
 
     let start = Instant::now();
     let flow = new_flow_id();
@@ -184,6 +186,7 @@ fn send_to_peer(
                     stats.add_bytes(n as u64);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    core.on_send_refused(now);
                     blocked = true;
                     break;
                 }

@@ -20,10 +20,12 @@
 //!   again). The epoch releases S = max(0, wBar + ⌊wCrt·(2−n)/(n−1)⌋) packets, n = ⌈dTBar/5⌉
 //!   (n ≤ 1: max(0, wBar − wCrt)) (`calcSi`), sent back to back; dMaxLast = 0.2·dMaxLast +
 //!   0.8·dMax.
-//! * **Delay profile** (`delayProfile_thread`): at the end of slow start and every second
-//!   after, a penalised cubic spline ([`profile::fit`], ALGLIB's spline1dfitpenalized, ρ = 2)
-//!   through the points P[w], w below the cut a slow-start loss set; M = ⌊max w / N⌋ basis
-//!   functions, N from 15 down until max w / N ≥ 5 (N < 1: slow start again).
+//! * **Delay profile** (`delayProfile_thread`): at the end of slow start and 1 s after each
+//!   fit is ready, a penalised cubic spline ([`profile::fit`], ALGLIB's spline1dfitpenalized,
+//!   ρ = 2) through the points P[w], w below the cut a slow-start loss set; M = ⌊max w / N⌋
+//!   basis functions, N from 15 down until max w / N ≥ 5 (N < 1: slow start again). As
+//!   upstream, the fit runs in its own thread and the epochs go on with the previous profile
+//!   until it is ready (with thousands of windows it takes seconds).
 //! * **Loss** (`removeExpiredPacketsFromSeqQueue`, checked each epoch): a sequence gap is noted
 //!   when a later packet is acknowledged; a gap still open 150 ms later is a loss. The first
 //!   of a loss phase sets wBar = min(wBar, 0.7·w it was sent at) and dEst = profile(wBar) (raw
@@ -33,18 +35,24 @@
 //!   yet: slow start again; in slow start: it ends; otherwise a loss phase with wCrt = 0, dEst
 //!   = dMin, every outstanding packet forgotten.
 //! * **Slow start**: one packet first; each ACK wBar += 1 and releases max(0, wBar − wCrt)
-//!   packets; it ends on a loss (above), a timeout, or a delay above 500 ms (wBar = 0.7·w,
-//!   dEst = 0.75·6·dMin, a loss phase).
+//!   packets, wCrt counting packets sent (a release still unsent is released again by the
+//!   next ACK: on a fast link the releases snowball, upstream to hundreds of thousands of
+//!   packets in 0.3 s at 100 Mbit/s, its own log shows); it ends on a loss (above), a
+//!   timeout, or a delay above 500 ms (wBar = 0.7·w, dEst = 0.75·6·dMin, a loss phase).
+//! * **Full socket** (`sending_thread`): the socket keeps the kernel's default buffers (no
+//!   `SO_SNDBUF`), so a large burst can meet a full one; a refused send drops the rest of the
+//!   release and, in slow start, ends it (wBar = 0.49·w, dEst = 0.75·6·dMin, a loss phase),
+//!   otherwise wBar = max(1, 0.7·wBar) and dEst = profile(wBar).
 //!
 //! Sends are unpaced bursts (the window is the release count); the transport's own loss
-//! detection is only bookkeeping here. Not reproduced: upstream also treats a `sendto` refused
-//! by a full socket buffer as a loss; the transport waits for room instead.
+//! detection is only bookkeeping here.
 
 mod profile;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::time::Duration;
 
 use super::{AckEvent, Controller, LossEvent};
@@ -53,6 +61,8 @@ pub use profile::{fit, FitError, Profile};
 /// UDP payload of every data packet (verus.hpp MTU, as patched by Pantheon).
 pub const PAYLOAD_BYTES: u64 = 1414;
 const DECREASE: f64 = 0.7;
+/// wBar's cut when a full socket ends slow start (`sending_thread`).
+const SS_REFUSED_DECREASE: f64 = 0.49;
 const CURVE_PERIOD: Duration = Duration::from_secs(1);
 const EPOCH: Duration = Duration::from_millis(5);
 const EPOCH_MS: f64 = 5.0;
@@ -72,6 +82,9 @@ pub const RHO: f64 = 2.0;
 const BASIS_DIVISOR: f64 = 15.0;
 /// Send records older than this are dropped (an ACK that late is ignored).
 const SEND_RECORD_HORIZON: Duration = Duration::from_secs(5);
+
+/// A fitted profile and its delay at every integer window below MAX_W.
+type Fitted = Result<(Profile, Vec<f64>), FitError>;
 
 /// What was sent: verus's own sequence number (from 1 in each slow-start session), the window
 /// it carried and the session.
@@ -138,6 +151,8 @@ pub struct Verus2017 {
     /// Fitted delay at every integer window below MAX_W.
     table: Vec<f64>,
     basis_divisor: f64,
+    /// The fit running in its own thread, if one is.
+    pending_fit: Option<Receiver<Fitted>>,
 
     credit: i64,
     next_epoch: Duration,
@@ -173,6 +188,7 @@ impl Verus2017 {
             profile: None,
             table: Vec::new(),
             basis_divisor: BASIS_DIVISOR,
+            pending_fit: None,
             credit: 1,
             next_epoch: Duration::ZERO,
             timeout_at: SS_TIMEOUT,
@@ -223,6 +239,8 @@ impl Verus2017 {
         self.table.clear();
         self.basis_divisor = BASIS_DIVISOR;
         self.next_fit = None;
+        // A fit still running belongs to the session that ends here.
+        self.pending_fit = None;
         self.session += 1;
         self.sending.clear();
         self.missing.clear();
@@ -278,13 +296,40 @@ impl Verus2017 {
             self.restart_slow_start(now);
             return;
         };
-        match fit(&xs, &ys, m, RHO) {
-            Ok(p) => {
-                self.table = (0..MAX_W).map(|w| p.delay_at(w as f64)).collect();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let fitted = fit(&xs, &ys, m, RHO).map(|p| {
+                let table = (0..MAX_W).map(|w| p.delay_at(w as f64)).collect();
+                (p, table)
+            });
+            // The controller may have dropped the receiver (a restart): nobody waits then.
+            let _ = tx.send(fitted);
+        });
+        self.pending_fit = Some(rx);
+        self.next_fit = None;
+    }
+
+    /// Installs the fit started by [`Self::fit_profile`] once it is ready (`block`: waits
+    /// for it); a failed fit restarts slow start, as an ALGLIB exception did upstream.
+    fn collect_fit(&mut self, now: Duration, block: bool) {
+        let Some(rx) = &self.pending_fit else { return };
+        let fitted = if block {
+            rx.recv().ok()
+        } else {
+            match rx.try_recv() {
+                Ok(f) => Some(f),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => None,
+            }
+        };
+        self.pending_fit = None;
+        match fitted {
+            Some(Ok((p, table))) => {
+                self.table = table;
                 self.profile = Some(p);
                 self.next_fit = Some(now + CURVE_PERIOD);
             }
-            Err(_) => self.restart_slow_start(now),
+            _ => self.restart_slow_start(now),
         }
     }
 
@@ -495,13 +540,33 @@ impl Controller for Verus2017 {
         self.sending.remove(&seq);
         if self.slow_start {
             self.w_bar += 1.0;
-            // Packets released earlier but not yet sent count as out (upstream's sending
-            // thread sends them before the next ACK arrives).
-            self.credit += (self.w_bar - (self.w_crt + self.credit.max(0)) as f64).max(0.0) as i64;
+            // `tempS += fmax(0, wBar - wCrt)`: wCrt counts packets sent, so a release not yet
+            // sent when the next ACK comes is released again; when ACKs come faster than the
+            // sends drain the releases (a fast link), the releases snowball, as upstream's did.
+            self.credit += (self.w_bar - self.w_crt as f64).max(0.0) as i64;
         }
     }
 
     fn on_loss(&mut self, _loss: &LossEvent) {}
+
+    fn kernel_socket_buffers(&self) -> bool {
+        true
+    }
+
+    fn on_send_refused(&mut self, now: Duration) {
+        // The refused packet is not sent and the rest of this release is dropped.
+        self.credit = self.credit.min(0);
+        if self.slow_start {
+            self.loss_phase = true;
+            self.exit_slow_start = true;
+            self.w_bar = SS_REFUSED_DECREASE * (self.w_bar as i64) as f64;
+            self.d_est = 0.75 * self.d_min * RATIO;
+            self.end_slow_start(now);
+        } else {
+            self.w_bar = (DECREASE * self.w_bar).max(1.0);
+            self.d_est = self.delay_of_window(self.w_bar);
+        }
+    }
 
     fn cwnd(&self) -> u64 {
         if self.credit > 0 {
@@ -536,6 +601,7 @@ impl Controller for Verus2017 {
         if self.timeout_at <= now {
             self.on_timeout(now);
         }
+        self.collect_fit(now, false);
         if self.next_fit.is_some_and(|f| f <= now) && !self.slow_start {
             self.fit_profile(now);
         }

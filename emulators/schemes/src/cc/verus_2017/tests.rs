@@ -257,7 +257,10 @@ fn steady() -> Verus2017 {
     }
     v.slow_start = false;
     v.fit_profile(ms(0));
+    assert!(v.profile.is_none() && v.next_fit.is_none(), "the fit runs in its own thread");
+    v.collect_fit(ms(0), true);
     assert!(v.profile.is_some());
+    assert_eq!(v.next_fit, Some(ms(1000)), "the next fit 1 s after this one is ready");
     v.d_min = 50.0;
     v.d_est = 100.0;
     v.d_t_bar = 100.0;
@@ -387,7 +390,9 @@ fn slow_start_grows_by_one_per_ack_and_ends_above_500_ms() {
     v.on_ack(&ack(ms(120), 1, 60.0));
     v.on_ack(&ack(ms(121), 2, 61.0));
     assert_eq!(v.w_bar(), 4.0);
-    assert_eq!(v.credit, 4, "released while earlier releases wait count as out");
+    // 2 released at the first ACK; 3 - 1 at the second; 4 - 0 at the third, which counts only
+    // packets sent, so the 2 still unsent from the second are released again.
+    assert_eq!(v.credit, 6, "wCrt counts sends, not releases");
     assert_eq!(v.points[2], 60.125, "profile point of the window the packet carried");
     // A delay above 500 ms ends slow start: wBar = 0.7 w, dEst = 0.75 x 6 x dMin.
     v.on_send(ms(121), 3);
@@ -441,6 +446,7 @@ fn timeouts_restart_end_slow_start_or_clear_the_flight() {
     }
     v.on_timer(ms(360));
     assert!(!v.in_slow_start());
+    v.collect_fit(ms(361), true);
     assert!(v.profile().is_some(), "fitted at the end of slow start");
     // With too few profile points to fit (largest window below 5) it starts over instead.
     let mut v = Verus2017::new(1472);
@@ -485,4 +491,60 @@ fn on_the_known_emulator_it_fills_the_link_with_a_deep_queue() {
     eprintln!("verus-2017 sim: utilization {:.3}, p50 {p50:.1} ms, p95 {p95:.1} ms", o.utilization());
     assert!(o.utilization() >= 0.85, "utilization {}", o.utilization());
     assert!(p95 >= 150.0, "p95 one-way delay {p95} ms: verus keeps a deep queue");
+}
+
+#[test]
+fn a_full_socket_drops_the_release_and_cuts_the_window() {
+    // In slow start: it ends, wBar = 0.49 w, dEst = 0.75 x 6 x dMin, a loss phase.
+    let mut v = Verus2017::new(1472);
+    assert!(v.kernel_socket_buffers(), "upstream never sets SO_SNDBUF");
+    v.on_send(ms(0), 0);
+    v.on_ack(&ack(ms(60), 0, 60.0));
+    for seq in 1..=2 {
+        v.on_send(ms(60), seq);
+    }
+    for seq in 1..=2 {
+        v.on_ack(&ack(ms(120), seq, 60.0));
+    }
+    assert_eq!((v.w_bar(), v.credit), (4.0, 6));
+    v.on_send(ms(120), 3);
+    v.on_send_refused(ms(120));
+    assert!(v.window_closed(), "the rest of the release is dropped");
+    assert!(!v.in_slow_start() && v.loss_phase && v.exit_slow_start);
+    assert!((v.w_bar() - 0.49 * 4.0).abs() < 1e-9);
+    assert!((v.d_est() - 0.75 * 6.0 * 60.0).abs() < 1e-9);
+    assert_eq!(v.next_fit, Some(ms(120)));
+
+    // After slow start: wBar = max(1, 0.7 wBar), dEst from the profile (50 + w ms).
+    let mut v = steady();
+    v.w_bar = 100.0;
+    v.credit = 30;
+    v.on_send_refused(ms(10));
+    assert_eq!(v.credit, 0);
+    assert!((v.w_bar() - 70.0).abs() < 1e-9);
+    assert!((v.d_est() - 120.0).abs() < 1.0, "dEst {} from the linear profile", v.d_est());
+    v.w_bar = 1.2;
+    v.on_send_refused(ms(20));
+    assert_eq!(v.w_bar(), 1.0);
+}
+
+#[test]
+fn the_previous_profile_serves_while_a_fit_runs() {
+    let mut v = steady();
+    let before = v.window_of_delay(120.0);
+    for w in 1..=200 {
+        v.points[w] = 50.0 + 2.0 * w as f64;
+    }
+    v.on_timer(ms(1000));
+    assert!(v.pending_fit.is_some() && v.next_fit.is_none());
+    assert_eq!(v.window_of_delay(120.0), before, "the old profile until the new one is ready");
+    v.collect_fit(ms(1001), true);
+    let after = v.window_of_delay(120.0).unwrap();
+    assert!((after - 35.0).abs() <= 1.0, "the new profile (50 + 2w ms) maps 120 ms to {after}");
+    assert_eq!(v.next_fit, Some(ms(2001)));
+    // A restart drops a fit still running: its result belongs to the old session.
+    v.on_timer(ms(2001));
+    assert!(v.pending_fit.is_some());
+    v.restart_slow_start(ms(2002));
+    assert!(v.pending_fit.is_none() && v.profile().is_none());
 }
