@@ -223,6 +223,17 @@ impl Verus2017 {
         self.next_fit = Some(now);
     }
 
+    /// Slow start ends in a loss phase at window `w_bar`, dEst half the allowed maximum delay
+    /// (0.75 R dMin), until ACKs of packets sent at `w_bar` or below come (an RTT above 500 ms,
+    /// or a send refused by the socket).
+    fn exit_slow_start_in_loss(&mut self, now: Duration, w_bar: f64) {
+        self.w_bar = w_bar;
+        self.d_est = 0.75 * self.d_min * RATIO;
+        self.loss_phase = true;
+        self.exit_slow_start = true;
+        self.end_slow_start(now);
+    }
+
     fn restart_slow_start(&mut self, now: Duration) {
         self.restarts += 1;
         self.d_est = 0.0;
@@ -507,11 +518,7 @@ impl Controller for Verus2017 {
         let delay = ack.rtt.as_secs_f64() * 1e3;
         self.last_delay = delay;
         if self.slow_start && delay > SS_EXIT_DELAY_MS {
-            self.w_bar = DECREASE * p.w as f64;
-            self.d_est = 0.75 * self.d_min * RATIO;
-            self.loss_phase = true;
-            self.exit_slow_start = true;
-            self.end_slow_start(now);
+            self.exit_slow_start_in_loss(now, DECREASE * p.w as f64);
         }
         self.arm_timeout(now);
         if self.loss_phase && (p.w as f64) <= self.w_bar {
@@ -557,11 +564,7 @@ impl Controller for Verus2017 {
         // The refused packet is not sent and the rest of this release is dropped.
         self.credit = self.credit.min(0);
         if self.slow_start {
-            self.loss_phase = true;
-            self.exit_slow_start = true;
-            self.w_bar = SS_REFUSED_DECREASE * (self.w_bar as i64) as f64;
-            self.d_est = 0.75 * self.d_min * RATIO;
-            self.end_slow_start(now);
+            self.exit_slow_start_in_loss(now, SS_REFUSED_DECREASE * (self.w_bar as i64) as f64);
         } else {
             self.w_bar = (DECREASE * self.w_bar).max(1.0);
             self.d_est = self.delay_of_window(self.w_bar);
