@@ -115,13 +115,37 @@ pub enum LossRule {
     SentBefore(Duration),
 }
 
+/// How the pacer treats a send that leaves after its slot (the sender woke late).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Make up at most `max(2 packets, 500 µs)` of the lateness: a short burst, never a
+    /// long one (the transport's own pacer).
+    #[default]
+    Bounded,
+    /// Never: the next slot is one gap after the actual send, so lateness is lost for good
+    /// (UDT's busy-waiting sender, `ts = entertime + m_ullInterval`).
+    Never,
+    /// All of it: the slots stay on their grid however late a send was, and a late sender
+    /// sends back to back until it is on time again (UDT4's `m_ullTimeDiff`).
+    Unbounded,
+}
+
+/// How the sender waits for its next pacing slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pacer {
+    pub catch_up: CatchUp,
+    /// Spin on the clock (and the socket) instead of sleeping until the slot, as a sender
+    /// that busy-waits does: it wakes on time unless preempted, and keeps a core busy.
+    pub busy_wait: bool,
+}
+
 /// The one interface between the transport and a congestion-control algorithm.
 ///
 /// Besides ACKs and losses a controller may watch its own sends (`on_send`), ask to be woken
 /// without an ACK (`timer_deadline`/`on_timer`: an idle or retransmission timeout of the
 /// upstream program), and choose how the transport detects loss (`loss_rule`,
-/// `loss_timeout`) and how large its packets are (`payload_bytes`): the ports of Pantheon's
-/// programs differ in exactly these.
+/// `loss_timeout`), how large its packets are (`payload_bytes`) and how its sends are paced
+/// (`pacer`): the ports of Pantheon's programs differ in exactly these.
 pub trait Controller: Send {
     /// Scheme-facing name, for logs.
     fn name(&self) -> &'static str;
@@ -136,6 +160,11 @@ pub trait Controller: Send {
     }
     /// Pacing rate in bytes per second given the transport's smoothed RTT.
     fn pacing_rate(&self, srtt: Duration) -> f64;
+    /// How the transport paces this controller's sends: by default sleeping, with a
+    /// bounded catch-up.
+    fn pacer(&self) -> Pacer {
+        Pacer::default()
+    }
     /// A DATA packet with sequence number `seq` left at `now`.
     fn on_send(&mut self, _now: Duration, _seq: u64) {}
     /// UDP payload of one DATA packet where the upstream program used its own size; None

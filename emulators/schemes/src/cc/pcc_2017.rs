@@ -5,7 +5,8 @@
 //!
 //! Sending is paced only: one packet every `period = 1464·8 / rate` µs, rate in Mbit/s
 //! (`BBCC::setRate`); the window (100 000 packets) never binds, loss and timeouts change
-//! nothing directly (`onLoss`, `onTimeout`, `onACK` are empty).
+//! nothing directly (`onLoss`, `onTimeout`, `onACK` are empty). UDT spins to each slot and
+//! never makes up a late one ([`UDT_PACER`]).
 //!
 //! Monitor intervals (MIs, `CUDT::start_monitor`, `CUDT::packData`), numbered 0..99 in a ring:
 //!
@@ -14,7 +15,7 @@
 //!   `length = RTT·(1.5 + {0, 0.1, 0.2} at random)/period` packets if `RTT·1.1/period > 10`,
 //!   else `max(10, 5000/period)`, truncated; RTT is UDT's smoothed RTT in µs (the
 //!   receiver's EWMA, 7/8 old + 1/8 new, of one ACK/ACK2 sample per 10 ms ACK timer, starting
-//!   at 100 ms, copied to the sender by each ACK).
+//!   at 100 ms, copied to the sender by each full ACK: about a round trip late, [`UdtRtt`]).
 //! * The receiver reports the MI number of every arriving packet, in batches of 20
 //!   (`CUDT::processData`, the 0x7FFF control message). For each batch the sender adds one
 //!   RTT sample (now − send time of the batch's last packet) to the MI of that last packet.
@@ -41,8 +42,8 @@
 //!   step, a rate above 200 Mbit/s and 30 above the MI's sent rate `t·12/T/1000` is reset to it.
 //!
 //! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
-//! 20 reports is the ACK of every 20th packet to arrive, and the RTT samples of the ACK timer
-//! are the ACK RTTs at most one per 10 ms. UDT retransmits lost packets (each counted in the
+//! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
+//! ACK2 is the ACK RTT of the first packet sent after it ([`UdtRtt`]). UDT retransmits lost packets (each counted in the
 //! MI in which it is resent); our transport sends a new packet in that slot instead, the
 //! same packet count and pacing on the wire. The random choices (glibc `rand()` seeded with
 //! the clock upstream) come from a seeded generator.
@@ -63,8 +64,13 @@
 
 use std::time::Duration;
 
-use super::{AckEvent, Controller, LossEvent};
+use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
 
+/// UDT's send queue busy-waits to each packet's time (`CTimer::sleepto` spins on rdtsc:
+/// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
+/// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
+/// (preemption) is never made up.
+pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true };
 /// UDT's MSS after Pantheon's patch: one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1464;
 /// UDP payload of one data packet: the MSS less the IPv4 and UDP headers.
@@ -138,6 +144,59 @@ impl Ack2Clock {
             self.due -= 1;
             ACK2_PAYLOAD_BYTES
         })
+    }
+}
+
+/// UDT's smoothed RTT as the sender knows it (`m_iRTT`, copied from each full ACK's RTT field
+/// in the sender's `CUDT::processCtrl` case 2): the receiver's 7/8 EWMA (from
+/// [`INITIAL_RTT_US`]) of ACK→ACK2 round trips, one per ACK2 that reaches it (the receiver's
+/// case 6). So the sender learns a round trip only about a round trip after it ended: the
+/// ACK2 must cross the data path, and the estimate come back in the next full ACK.
+///
+/// The port sees neither side's clock: an ACK2 sent at `t` reaches the receiver with the first
+/// data packet sent at or after `t` (the same queue), so that packet's ACK gives the sample,
+/// its RTT (the ACK2's forward delay and the ACK path back), and the sender copies the
+/// estimate at the next full ACK.
+#[derive(Clone, Debug)]
+pub struct UdtRtt {
+    /// What the sender uses, µs.
+    sender_us: i64,
+    /// The receiver's estimate, µs.
+    receiver_us: i64,
+    /// Send times of the ACK2s still on their way to the receiver.
+    ack2_in_flight: std::collections::VecDeque<Duration>,
+}
+
+impl Default for UdtRtt {
+    fn default() -> Self {
+        Self { sender_us: INITIAL_RTT_US, receiver_us: INITIAL_RTT_US, ack2_in_flight: Default::default() }
+    }
+}
+
+impl UdtRtt {
+    /// UDT's ACK window (`CACKWindow`, 1024 entries): an ACK2 whose ACK fell out of it gives
+    /// no sample.
+    const ACK_WINDOW: usize = 1024;
+
+    /// The sender's estimate, µs.
+    pub fn us(&self) -> i64 {
+        self.sender_us
+    }
+
+    /// The ACK of the packet sent at `sent_at` arrived, `rtt` after it left; `full`: it is a
+    /// full ACK (the sender copies the receiver's estimate and answers with an ACK2).
+    pub fn on_ack(&mut self, now: Duration, sent_at: Duration, rtt: Duration, full: bool) {
+        while self.ack2_in_flight.front().is_some_and(|&t| t <= sent_at) {
+            self.ack2_in_flight.pop_front();
+            self.receiver_us = (self.receiver_us * 7 + rtt.as_micros() as i64) >> 3;
+        }
+        if full {
+            self.sender_us = self.receiver_us;
+            self.ack2_in_flight.push_back(now);
+            if self.ack2_in_flight.len() > Self::ACK_WINDOW {
+                self.ack2_in_flight.pop_front();
+            }
+        }
     }
 }
 
@@ -454,8 +513,7 @@ pub struct Pcc2017 {
     ranges: MiRanges<i32>,
     /// MI numbers of the packets that arrived since the last report.
     batch: Vec<i32>,
-    /// UDT's smoothed RTT, µs.
-    rtt_us: i64,
+    rtt: UdtRtt,
     ack2: Ack2Clock,
     ended: u64,
 }
@@ -477,7 +535,7 @@ impl Pcc2017 {
             left_monitor: 0,
             ranges: MiRanges::new(MAX_MONITOR_NUMBER),
             batch: Vec::with_capacity(REPORT_BATCH),
-            rtt_us: INITIAL_RTT_US,
+            rtt: UdtRtt::default(),
             ack2: Ack2Clock::default(),
             ended: 0,
         }
@@ -510,7 +568,7 @@ impl Pcc2017 {
         self.law.on_monitor_start(id, &mut self.rng);
         self.apply_rate();
         let rand_factor = self.rng.below(3) as f64 / 10.0;
-        let rtt = self.rtt_us as f64;
+        let rtt = self.rtt.us() as f64;
         let length = if rtt * 1.1 / self.period_us > 10.0 {
             (rtt * (1.5 + rand_factor) / self.period_us) as u32
         } else {
@@ -580,10 +638,8 @@ impl Controller for Pcc2017 {
     fn on_ack(&mut self, ack: &AckEvent) {
         // UDT's ACK timer: one full ACK per 10 ms, answered with an ACK2, whose arrival gives
         // the receiver the RTT sample for its 7/8 EWMA.
-        if self.ack2.on_ack(ack.now) {
-            let sample = ack.rtt.as_micros() as i64;
-            self.rtt_us = (self.rtt_us * 7 + sample) >> 3;
-        }
+        let full = self.ack2.on_ack(ack.now);
+        self.rtt.on_ack(ack.now, ack.sent_at, ack.rtt, full);
         let Some((m, _)) = self.ranges.of(ack.seq) else { return };
         self.batch.push(m);
         if self.batch.len() == REPORT_BATCH {
@@ -618,6 +674,10 @@ impl Controller for Pcc2017 {
 
     fn payload_bytes(&self) -> Option<u64> {
         Some(PAYLOAD_BYTES)
+    }
+
+    fn pacer(&self) -> Pacer {
+        UDT_PACER
     }
 
     fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
@@ -668,9 +728,28 @@ mod tests {
     }
 
     #[test]
+    fn the_sender_learns_a_round_trip_a_round_trip_late() {
+        let mut rtt = UdtRtt::default();
+        // A full ACK at 300 ms (its packet left at 0): the receiver still has its initial
+        // 100 ms, and the ACK2 answering it leaves now.
+        rtt.on_ack(ms(300), ms(0), ms(300), true);
+        assert_eq!(rtt.us(), 100_000);
+        // Packets sent before the ACK2 left bring no sample.
+        rtt.on_ack(ms(305), ms(5), ms(300), false);
+        assert_eq!(rtt.receiver_us, 100_000);
+        // The first packet sent after it carries it to the receiver: a 300 ms sample there...
+        rtt.on_ack(ms(600), ms(300), ms(300), false);
+        assert_eq!(rtt.receiver_us, 125_000);
+        assert_eq!(rtt.us(), 100_000);
+        // ... which the sender copies from the next full ACK.
+        rtt.on_ack(ms(610), ms(310), ms(300), true);
+        assert_eq!(rtt.us(), 125_000);
+    }
+
+    #[test]
     fn short_rtt_gives_the_floor_length() {
         let mut p = Pcc2017::with_seed(1);
-        p.rtt_us = 1000;
+        p.rtt.sender_us = 1000;
         p.on_send(ms(0), 0);
         // 1000 · 1.1 / 5856 < 10: max(10, 5000/5856) = 10 packets.
         assert_eq!(p.monitors[0].total, 10);

@@ -64,7 +64,7 @@ use std::time::Duration;
 
 use super::pcc_2017::Rng;
 use super::vivace_2018::trunc_i32 as x86_trunc;
-use super::{AckEvent, Controller, LossEvent, LossRule};
+use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
 /// UDT's MSS (`m_iMSS`, default 1500): one IP packet, headers included; the pacing unit.
 pub const MSS_BYTES: u64 = 1500;
@@ -716,6 +716,12 @@ impl Controller for PccExperimental2018 {
 
     fn payload_bytes(&self) -> Option<u64> {
         Some(PAYLOAD_BYTES)
+    }
+
+    fn pacer(&self) -> Pacer {
+        // The rewritten UDT's `CUDT::packData` banks lateness in `m_ullTimeDiff` and sends
+        // early until it is spent; its send queue busy-waits as the older UDT's.
+        Pacer { catch_up: CatchUp::Unbounded, busy_wait: true }
     }
 
     fn timer_deadline(&self) -> Option<Duration> {

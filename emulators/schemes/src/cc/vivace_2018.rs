@@ -65,8 +65,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::pcc_2017::{Ack2Clock, MiRanges, Rng};
-use super::{AckEvent, Controller, LossEvent};
+use super::pcc_2017::{Ack2Clock, MiRanges, Rng, UDT_PACER};
+use super::{AckEvent, Controller, LossEvent, Pacer};
 
 /// The binary's packet size (`PCC::kPacketSize`): one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1400;
@@ -766,6 +766,11 @@ impl Controller for Vivace2018 {
 
     fn payload_bytes(&self) -> Option<u64> {
         Some(PAYLOAD_BYTES)
+    }
+
+    fn pacer(&self) -> Pacer {
+        // The same UDT send queue as pcc-2017's (`CUDT::packData`, `CTimer::sleepto`).
+        UDT_PACER
     }
 
     fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {

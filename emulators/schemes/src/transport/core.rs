@@ -16,14 +16,15 @@
 //!   delivered since P was sent divided by the longer of P's send interval and its ACK
 //!   interval, the usual estimator that discounts ACK compression.
 //! * Pacing: each send pushes the next permitted send time by `size / rate`; a sender
-//!   that woke late may catch up by at most `max(2 packets, 500 µs)` of credit.
+//!   that woke late may catch up by at most `max(2 packets, 500 µs)` of credit, or not at
+//!   all where the controller's [`Pacer`] says so.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::rtt::RttEstimator;
 use super::wire::{Ack, CONTROL_MAX_BYTES, CONTROL_MIN_BYTES};
-use crate::cc::{AckEvent, Controller, LossEvent, LossRule};
+use crate::cc::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
 pub const REORDER_THRESHOLD: u64 = 3;
 const MIN_BURST_CREDIT: Duration = Duration::from_micros(500);
@@ -139,6 +140,11 @@ impl SenderCore {
     /// When the next packet may go: None while the window is full or the controller has
     /// closed it (an ACK or a timer will open it), otherwise the pacer's time (possibly
     /// already past).
+    /// How the controller wants its sends paced.
+    pub fn pacer(&self) -> Pacer {
+        self.cc.pacer()
+    }
+
     pub fn send_allowed_at(&self) -> Option<Duration> {
         if self.cc.window_closed() || self.bytes_in_flight >= self.cc.cwnd().max(self.packet_bytes) {
             return None;
@@ -170,7 +176,11 @@ impl SenderCore {
         self.cc.on_send(now, seq);
         let rate = self.pacing_rate();
         let gap = Duration::from_secs_f64(self.packet_bytes as f64 / rate);
-        let credit = (gap * 2).max(MIN_BURST_CREDIT);
+        let credit = match self.cc.pacer().catch_up {
+            CatchUp::Bounded => (gap * 2).max(MIN_BURST_CREDIT),
+            CatchUp::Never => Duration::ZERO,
+            CatchUp::Unbounded => Duration::MAX,
+        };
         self.next_send_at = self.next_send_at.max(now.saturating_sub(credit)) + gap;
         seq
     }
@@ -410,6 +420,46 @@ mod tests {
         c.on_ack(ms(100), &ack(0, 0, 0, 1));
         assert_eq!(c.bytes_in_flight(), 9_000);
         assert_eq!(c.send_allowed_at(), Some(ms(10)));
+    }
+
+    /// The probe's law under another pacer.
+    struct Paced(Probe, Pacer);
+
+    impl Controller for Paced {
+        fn name(&self) -> &'static str {
+            "paced"
+        }
+        fn on_ack(&mut self, ack: &AckEvent) {
+            self.0.on_ack(ack)
+        }
+        fn on_loss(&mut self, loss: &LossEvent) {
+            self.0.on_loss(loss)
+        }
+        fn cwnd(&self) -> u64 {
+            self.0.cwnd()
+        }
+        fn pacing_rate(&self, srtt: Duration) -> f64 {
+            self.0.pacing_rate(srtt)
+        }
+        fn pacer(&self) -> Pacer {
+            self.1
+        }
+    }
+
+    #[test]
+    fn a_late_send_is_made_up_only_where_the_pacer_allows() {
+        // Slots every 1 ms; the second send leaves 5 ms late.
+        let next_slot = |catch_up| {
+            let pacer = Pacer { catch_up, busy_wait: true };
+            let mut c = SenderCore::new(Box::new(Paced(Probe::default(), pacer)), 1, 1000, ms(100));
+            assert_eq!(c.pacer(), pacer);
+            c.on_send(ms(0));
+            c.on_send(ms(6));
+            c.send_allowed_at()
+        };
+        assert_eq!(next_slot(CatchUp::Bounded), Some(ms(5)), "2 packets of credit: the next slot is already due");
+        assert_eq!(next_slot(CatchUp::Never), Some(ms(7)), "one gap after the actual send");
+        assert_eq!(next_slot(CatchUp::Unbounded), Some(ms(2)), "the grid, however late");
     }
 
     #[test]

@@ -210,7 +210,46 @@ fn send_to_peer(
             timeout = Some(timeout.map_or(Duration::from_millis(1), |t| t.min(Duration::from_millis(1))));
         }
         if timeout != Some(Duration::ZERO) {
-            net::wait(fd, blocked, timeout).map_err(|e| format!("poll failed: {e}"))?;
+            match core.send_allowed_at() {
+                // A busy-waiting upstream spins to its slot; an ACK still ends the wait.
+                Some(at) if core.pacer().busy_wait && !blocked && core.next_wakeup() == Some(at) => {
+                    spin_until(fd, at, clock)?
+                }
+                _ => {
+                    net::wait(fd, blocked, timeout).map_err(|e| format!("poll failed: {e}"))?;
+                }
+            }
         }
+    }
+}
+
+/// Spins until `clock()` reaches `at` or the socket has something to read.
+fn spin_until(fd: i32, at: Duration, clock: impl Fn() -> Duration) -> Result<(), String> {
+    while clock() < at {
+        if net::wait(fd, false, Some(Duration::ZERO)).map_err(|e| format!("poll failed: {e}"))?.readable {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spin_ends_at_its_slot_or_when_a_datagram_arrives() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let start = Instant::now();
+        let clock = || start.elapsed();
+        spin_until(sock.as_raw_fd(), Duration::from_millis(2), clock).unwrap();
+        assert!(clock() >= Duration::from_millis(2));
+        // A datagram waiting ends the spin long before its slot.
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.send_to(b"ack", sock.local_addr().unwrap()).unwrap();
+        let slot = clock() + Duration::from_secs(60);
+        spin_until(sock.as_raw_fd(), slot, clock).unwrap();
+        assert!(clock() < slot);
     }
 }
