@@ -39,7 +39,8 @@ earlier invocation's runs. Run as root, alone on the machine (the engine is real
     .venv/bin/python experiments/vs_pantheon_schemes.py --report out/vs_pantheon_schemes_runs_X.csv --write-fidelity
 
 Writes the runs (after each row and label), the summaries and a plot (port against upstream,
-throughput and p95 per row) to experiments/out/.
+throughput and p95 per row) to experiments/out/; `--keep-logs DIR` also keeps each run's
+Pantheon logs, to compare the two sides' sending over time.
 """
 
 from __future__ import annotations
@@ -290,9 +291,10 @@ def ours_scheme(label: str, ports: Mapping[str, Port], registry: Registry,
 
 
 def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: Workload, backend: Backend,
-            scratch: Path) -> dict[str, object]:
+            scratch: Path, keep_as: Path | None = None) -> dict[str, object]:
     """One Pantheon-style run; its metrics (of all flows together, and each flow's throughput in a
-    multi-flow run), and how late the engine wrote its packets out."""
+    multi-flow run), and how late the engine wrote its packets out. `keep_as`: where its data
+    directory (Pantheon's logs, the engine's summary) goes instead of being deleted."""
     if not scheme.available:
         return {"valid": False, "reason": f"unavailable: {scheme.unavailable_reason}"}
     data_dir = Path(tempfile.mkdtemp(dir=scratch))
@@ -309,7 +311,11 @@ def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: 
                    if workload.flows > 1 else {}),
                 **engine_lateness(outcome.paths.engine_summary)}
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if keep_as is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:
+            keep_as.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(data_dir, keep_as)
 
 
 def engine_lateness(summary: Path) -> dict[str, float]:
@@ -355,7 +361,9 @@ class Runner:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
             for side, scheme in sides:
-                m = measure(job.emulator, scheme, replicate, job.workload, self.backend, scratch)
+                keep_as = (self.args.keep_logs / re.sub(r"[^A-Za-z0-9.]+", "_", f"{job.bench} {job.row}")
+                           / f"{job.label}-{side}-{replicate}" if self.args.keep_logs else None)
+                m = measure(job.emulator, scheme, replicate, job.workload, self.backend, scratch, keep_as)
                 self.records.append({"bench": job.bench, "row": job.row, "label": job.label, "side": side,
                                      "scheme": scheme.name, "source": scheme.description, "replicate": replicate,
                                      "runtime": job.workload.runtime_s, "flows": job.workload.flows,
@@ -689,6 +697,8 @@ def main() -> int:
     parser.add_argument("--report", metavar="RUNS_CSV",
                         help="the tables (and --write-fidelity) of earlier runs files (comma-separated)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR",
+                        help="keep each run's data directory (Pantheon's logs) as DIR/<bench_row>/<label>-<side>-<N>")
     args = parser.parse_args()
     if args.known_only and args.skip_known:
         parser.error("--known-only and --skip-known exclude each other")
