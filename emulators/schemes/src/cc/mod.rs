@@ -160,8 +160,8 @@ pub trait Controller: Send {
     }
     /// Pacing rate in bytes per second given the transport's smoothed RTT.
     fn pacing_rate(&self, srtt: Duration) -> f64;
-    /// How the transport paces this controller's sends: by default sleeping, with a
-    /// bounded catch-up.
+    /// How the transport paces this controller's sends (read once, when the flow starts): by
+    /// default sleeping, with a bounded catch-up.
     fn pacer(&self) -> Pacer {
         Pacer::default()
     }

@@ -43,9 +43,9 @@
 //!
 //! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
 //! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
-//! ACK2 is the ACK RTT of the first packet sent after it ([`UdtRtt`]). UDT retransmits lost packets (each counted in the
-//! MI in which it is resent); our transport sends a new packet in that slot instead, the
-//! same packet count and pacing on the wire. The random choices (glibc `rand()` seeded with
+//! ACK2 is the ACK RTT of the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
+//! packets (each counted in the MI in which it is resent); our transport sends a new packet
+//! in that slot instead, the same packet count and pacing on the wire. The random choices (glibc `rand()` seeded with
 //! the clock upstream) come from a seeded generator.
 //!
 //! ACK2 on the data path: UDT's receiver sends a full ACK when its 10 ms ACK timer has run out
@@ -71,6 +71,7 @@ use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
 /// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
 /// (preemption) is never made up.
 pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true };
+
 /// UDT's MSS after Pantheon's patch: one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1464;
 /// UDP payload of one data packet: the MSS less the IPv4 and UDP headers.

@@ -61,6 +61,7 @@ pub struct SenderCore {
     newest_delivered_sent_at: Option<Duration>,
     rtt: RttEstimator,
     next_send_at: Duration,
+    pacer: Pacer,
     delivered: u64,
     delivered_time: Duration,
     first_sent_time: Duration,
@@ -73,6 +74,7 @@ impl SenderCore {
     /// `initial_rtt` is the handshake RTT.
     pub fn new(cc: Box<dyn Controller>, flow: u64, packet_bytes: u64, initial_rtt: Duration) -> Self {
         Self {
+            pacer: cc.pacer(),
             cc,
             flow,
             packet_bytes,
@@ -137,14 +139,14 @@ impl SenderCore {
         self.cc.pacing_rate(self.rtt.srtt()).max(1.0)
     }
 
+    /// How the controller wants its sends paced (read once, when the flow starts).
+    pub fn pacer(&self) -> Pacer {
+        self.pacer
+    }
+
     /// When the next packet may go: None while the window is full or the controller has
     /// closed it (an ACK or a timer will open it), otherwise the pacer's time (possibly
     /// already past).
-    /// How the controller wants its sends paced.
-    pub fn pacer(&self) -> Pacer {
-        self.cc.pacer()
-    }
-
     pub fn send_allowed_at(&self) -> Option<Duration> {
         if self.cc.window_closed() || self.bytes_in_flight >= self.cc.cwnd().max(self.packet_bytes) {
             return None;
@@ -176,7 +178,7 @@ impl SenderCore {
         self.cc.on_send(now, seq);
         let rate = self.pacing_rate();
         let gap = Duration::from_secs_f64(self.packet_bytes as f64 / rate);
-        let credit = match self.cc.pacer().catch_up {
+        let credit = match self.pacer.catch_up {
             CatchUp::Bounded => (gap * 2).max(MIN_BURST_CREDIT),
             CatchUp::Never => Duration::ZERO,
             CatchUp::Unbounded => Duration::MAX,
@@ -371,6 +373,7 @@ mod tests {
     struct Probe {
         log: Arc<Mutex<Vec<String>>>,
         rates: Arc<Mutex<Vec<f64>>>,
+        pacer: Pacer,
     }
 
     impl Controller for Probe {
@@ -391,6 +394,9 @@ mod tests {
         }
         fn pacing_rate(&self, _srtt: Duration) -> f64 {
             1_000_000.0 // one 1000-byte packet per ms
+        }
+        fn pacer(&self) -> Pacer {
+            self.pacer
         }
     }
 
@@ -422,36 +428,12 @@ mod tests {
         assert_eq!(c.send_allowed_at(), Some(ms(10)));
     }
 
-    /// The probe's law under another pacer.
-    struct Paced(Probe, Pacer);
-
-    impl Controller for Paced {
-        fn name(&self) -> &'static str {
-            "paced"
-        }
-        fn on_ack(&mut self, ack: &AckEvent) {
-            self.0.on_ack(ack)
-        }
-        fn on_loss(&mut self, loss: &LossEvent) {
-            self.0.on_loss(loss)
-        }
-        fn cwnd(&self) -> u64 {
-            self.0.cwnd()
-        }
-        fn pacing_rate(&self, srtt: Duration) -> f64 {
-            self.0.pacing_rate(srtt)
-        }
-        fn pacer(&self) -> Pacer {
-            self.1
-        }
-    }
-
     #[test]
     fn a_late_send_is_made_up_only_where_the_pacer_allows() {
         // Slots every 1 ms; the second send leaves 5 ms late.
         let next_slot = |catch_up| {
             let pacer = Pacer { catch_up, busy_wait: true };
-            let mut c = SenderCore::new(Box::new(Paced(Probe::default(), pacer)), 1, 1000, ms(100));
+            let mut c = SenderCore::new(Box::new(Probe { pacer, ..Probe::default() }), 1, 1000, ms(100));
             assert_eq!(c.pacer(), pacer);
             c.on_send(ms(0));
             c.on_send(ms(6));

@@ -137,6 +137,7 @@ fn send_to_peer(
     let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
     net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
+    let busy_wait = core.pacer().busy_wait;
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
     let mut rbuf = [0u8; 256];
@@ -204,17 +205,16 @@ fn send_to_peer(
 
         // 3. Sleep until an ACK, a pacing slot or a loss timeout.
         let now = clock();
-        let mut timeout = core.next_wakeup().map(|t| t.saturating_sub(now));
+        let wakeup = core.next_wakeup();
+        let mut timeout = wakeup.map(|t| t.saturating_sub(now));
         if blocked {
             // The local queue is full; POLLOUT wakes us, but never sleep long on it.
             timeout = Some(timeout.map_or(Duration::from_millis(1), |t| t.min(Duration::from_millis(1))));
         }
         if timeout != Some(Duration::ZERO) {
-            match core.send_allowed_at() {
+            match wakeup {
                 // A busy-waiting upstream spins to its slot; an ACK still ends the wait.
-                Some(at) if core.pacer().busy_wait && !blocked && core.next_wakeup() == Some(at) => {
-                    spin_until(fd, at, clock)?
-                }
+                Some(at) if busy_wait && !blocked && core.send_allowed_at() == Some(at) => spin_until(fd, at, clock)?,
                 _ => {
                     net::wait(fd, blocked, timeout).map_err(|e| format!("poll failed: {e}"))?;
                 }
