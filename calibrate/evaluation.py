@@ -33,6 +33,13 @@ distorting them, because an emulation that misses its deadlines measures the hos
   Most of a Pantheon-style run is waiting (3 s of setup, then rate-limited sending), so a
   core holds several.  At 10 Mbit/s a task takes 0.2 CPU: a 2-core node runs its 8 slots; at
   ≥ 90 Mbit/s one task per core.
+- ``num_cpus = 1`` at any rate for a scheme whose sender spins between sends (`Scheme.busy_wait`,
+  from the controller's own pacer: UDT's send queue, so pcc-2017, vivace-2018 and
+  pcc_experimental-2018, as upstream): it holds a core for the whole run.  Measured here
+  (experiments/bench_spinning.py, 12 Mbit/s, 20 ms, 100 packets, 4 runs each of
+  pcc_experimental-2018 and cubic): one at a time 11.21 ± 0.10 Mbit/s, packed 8 at once as the
+  rate rule would pack them 10.66 ± 0.20 (−4.9 %), cubic unchanged (11.94) and the engine never
+  late (p99 ≤ 0.6 ms): the spinning senders starve each other, not the engine.
 
 Retries: a worker that dies (the node is lost, the process crashes) is retried by Ray
 (`max_retries`).  An *invalid* run (an endpoint quit early, too little data, the engine failed)
@@ -110,6 +117,10 @@ class RunTask:
         # Real Mahimahi ferries packets through half a dozen normal-priority processes per path
         # and is distorted by competition for the CPU: one core per run.
         if self.backend.name == "mahimahi":
+            return CPU_CAP
+        # A sender that spins between sends (UDT's send queue: pcc, vivace, pcc_experimental)
+        # holds a whole core at any rate (module docstring).
+        if self.scheme.busy_wait:
             return CPU_CAP
         return cpu_share(self.emulator.rate_mbps or 0.0)
 

@@ -77,6 +77,7 @@ class Scheme:
     unavailable_reason: str | None = None
     port_of: PortOf | None = None  # the program Pantheon ran that this ports
     fidelity: Fidelity | None = None  # measured against that program (or by construction)
+    busy_wait: bool = False  # its sender spins on a core between sends (UDT's send queue did)
 
     @property
     def faithful(self) -> bool:
@@ -237,7 +238,7 @@ def builtin_schemes() -> list[Scheme]:
             kind=item.get("kind", entry.implementation.kind),
             available=bool(item.get("available")),
             unavailable_reason=item.get("unavailable_reason") if item else missing_reason,
-            port_of=entry.port_of, fidelity=entry.fidelity))
+            port_of=entry.port_of, fidelity=entry.fidelity, busy_wait=bool(item.get("busy_wait"))))
     for name, item in listed.items():
         schemes.append(Scheme(name, item["run_first"], (program, name), (), item.get("description", ""),
                               "not one of Pantheon's schemes", item.get("kind", ""),

@@ -15,6 +15,7 @@ import pytest
 from calibrate import binaries
 from calibrate.emulator import EmulatorConfig
 from calibrate.errors import InputError
+from calibrate.evaluation import RunTask
 from calibrate.metrics import read_perf_json
 from calibrate.schemes import default_interpreter, load_registry, pantheon_schemes
 from calibrate.scripted import Experiment, run_experiment
@@ -260,3 +261,18 @@ def test_runs_shorter_than_the_targets_are_announced():
     assert not any("against the target's" in line for line in dropped_lines(same))
     # read back from run.json, the problem still knows the target's runtime
     assert Problem.from_json(short.to_json(), target, config).target_runtime_s == 30.0
+
+
+def test_a_sender_that_spins_asks_the_scheduler_for_a_whole_core():
+    # calibrate-scheme says which senders busy-wait (UDT's send queue); a task running one
+    # holds a core at any rate, where a sleeping sender's share grows with the rate.
+    registry = load_registry()
+    spinning = {s.name for s in registry.available() if s.busy_wait}
+    assert spinning == {"pcc-2017", "vivace-2018", "pcc_experimental-2018"}
+
+    def cpus(scheme: str, rate_mbps: float) -> float:
+        return RunTask(0, scheme, registry.resolve(scheme), 1, EmulatorConfig(rate_mbps=rate_mbps, delay_ms=20),
+                       Workload(1, 0.0, 20.0)).cpus
+
+    assert cpus("cubic", 10) == pytest.approx(0.2) and cpus("cubic", 200) == 1.0
+    assert cpus("pcc_experimental-2018", 10) == cpus("pcc-2017", 2) == 1.0

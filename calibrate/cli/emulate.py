@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import threading
@@ -127,6 +128,13 @@ def run(args: argparse.Namespace) -> int:
     err.print("schemes: " + ", ".join(label if label == s.name else f"{label} -> {s.name}"
                                       for label, s in experiment.schemes)
               + f"; {len(runs)} runs of {experiment.workload.runtime_s + 3:g} s, {experiment.parallel} at a time")
+    spinning = [s.name for _, s in experiment.schemes if s.busy_wait]
+    cores, flows = os.cpu_count() or 1, experiment.workload.flows
+    if spinning and min(experiment.parallel, len(runs)) * flows > cores:
+        err.print(f"warning: {', '.join(spinning)} spin on a core per sender between sends, as their "
+                  f"upstream's UDT did: {experiment.parallel} runs at once of {flows} flow(s) need "
+                  f"more than this host's {cores} cores, so those runs are measured CPU-starved; "
+                  f"use --parallel {max(1, cores // flows)}")
     running: dict[tuple[str, int], None] = {}
     lock = threading.Lock()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

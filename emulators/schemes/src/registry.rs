@@ -193,6 +193,17 @@ impl Implementation {
         }
     }
 
+    /// Whether its sender spins on a core between sends, as a busy-waiting upstream did (UDT's
+    /// send queue): such a run needs a whole core to itself, so the scheduler is told
+    /// (`list --json`). The controller's own pacer says so; a controller this host cannot build
+    /// (taova without its tree) does not run at all.
+    pub fn busy_wait(&self) -> bool {
+        match self {
+            Implementation::Udp(cc) => cc.controller(1500).is_some_and(|c| c.pacer().busy_wait),
+            Implementation::KernelTcp(_) | Implementation::Quic(_) => false,
+        }
+    }
+
     /// The implementation a registry entry names (`kind`, `controller`).
     fn of(kind: &str, controller: &str) -> Result<Implementation, String> {
         match kind {
@@ -225,6 +236,7 @@ impl Scheme {
             "run_first": self.run_first.as_str(),
             "kind": self.implementation.kind(),
             "description": self.description,
+            "busy_wait": self.implementation.busy_wait(),
             "available": self.unavailable.is_none(),
             "unavailable_reason": self.unavailable,
         })
@@ -411,6 +423,16 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), schemes.len(), "duplicate scheme names");
+    }
+
+    #[test]
+    fn the_udt_family_tells_the_scheduler_its_sender_spins() {
+        // UDT's send queue busy-waits (pcc-2017, vivace-2018, pcc_experimental-2018); every
+        // other sender sleeps between sends. `list --json` carries it to the task's CPU request.
+        for s in all() {
+            let spins = ["pcc-2017", "vivace-2018", "pcc_experimental-2018"].contains(&s.name.as_str());
+            assert_eq!(s.to_json()["busy_wait"], json!(spins), "{}", s.name);
+        }
     }
 
     #[test]
