@@ -31,7 +31,9 @@ passes within 10 % of each. default_tcp runs our kernel cubic there, vegas and q
 
 `--write-fidelity` writes each port's measured fidelity into calibrate/data/schemes.json (its
 entry's "fidelity" line); `--report RUNS_CSV` prints the tables (and writes fidelity) from an
-earlier invocation's runs. Run as root, alone on the machine (the engine is real-time):
+earlier invocation's runs, or from several pooled (comma-separated: more replicates of a law
+whose runs scatter widely, such as PCC's randomized trials). Run as root, alone on the machine
+(the engine is real-time):
 
     .venv/bin/python experiments/vs_pantheon_schemes.py                        # matrix + known emulator
     .venv/bin/python experiments/vs_pantheon_schemes.py --quick --schemes copa,ledbat --replicates 2
@@ -509,7 +511,9 @@ def fidelity(ports: Mapping[str, Port], labels: pd.DataFrame, known: pd.DataFram
                 # what was run, not where it lay on the machine that ran it
                 "against": "; ".join(str(x).split(": /")[0] for x in sources) or port.upstream,
                 "measured": str(mine["date"].max()),
-                "rows": int(s["rows"]), "replicates": int(mine["replicate"].max()),
+                # the fewest valid runs a side has in any row (pooled invocations may give
+                # some rows more)
+                "rows": int(s["rows"]), "replicates": int(valid_runs(mine).groupby(["row", "side"]).size().min()),
                 "runtime_s": _r(single_flow_runtime(mine)),
                 "tput_pct": {"median": _r(s["median |Δtput %|"]), "worst": _r(s["worst |Δtput %|"])},
                 "p95_ms": {"median": _r(s["median |Δp95 ms|"]), "worst": _r(s["worst |Δp95 ms|"])},
@@ -631,7 +635,7 @@ def report(runs: pd.DataFrame, args: argparse.Namespace, ports: Mapping[str, Por
     rows = summarize(runs)
     labels = label_summary(rows)
     if (runs["bench"] == "matrix").any():
-        show(f"Ports against their upstream builds, {args.replicates} × {args.runtime:g} s per side "
+        show(f"Ports against their upstream builds, up to {args.replicates} × {args.runtime:g} s per side "
              f"(3x rows: {max(args.runtime, MULTI_FLOW_RUNTIME_S):g} s) "
              f"(PASS: |Δtput| ≤ {TPUT_TOLERANCE_PCT:g} % and |Δp95| ≤ {P95_TOLERANCE_MS:g} ms, or within the "
              "upstream's own sd)", rows)
@@ -714,7 +718,8 @@ def main() -> int:
     if args.report:
         runs = pd.concat([pd.read_csv(p) for p in args.report.split(",") if p], ignore_index=True)
         matrix = runs[runs["bench"] == "matrix"]
-        args.replicates = int((matrix if len(matrix) else runs)["replicate"].max())
+        # several invocations' runs may be pooled: the most runs any side has in a row
+        args.replicates = int((matrix if len(matrix) else runs).groupby(["row", "label", "side"]).size().max())
         args.runtime = single_flow_runtime(matrix if len(matrix) else runs)
         report(runs, args, ports, stamp)
         return 0

@@ -199,6 +199,19 @@ def test_fidelity_per_port(bench):
     assert f["quic-2017"]["faithful"] is True
 
 
+def test_pooled_invocations_count_every_run(bench):
+    # two invocations' runs of one law, pooled by --report: the record says the fewest runs a
+    # side has in a row, not the highest replicate number
+    runs = runs_frame(MATRIX_RUNS)
+    rows = bench.summarize(pd.concat([runs, runs], ignore_index=True))
+    copa = rows[rows["label"] == "copa"]
+    assert set(copa["n up"]) == set(copa["n port"]) == {4}
+    ports = bench.ports_of(json.loads(REGISTRY.read_text()), "2017")
+    pooled = pd.concat([runs, runs], ignore_index=True)
+    f = bench.fidelity(ports, bench.label_summary(rows), bench.known_summary(pooled, PANTHEON), pooled)
+    assert f["copa-2017"]["replicates"] == 4
+
+
 def test_fidelity_goes_into_a_copy_of_the_registry_touching_nothing_else(bench, tmp_path):
     # the registry as it was before any fidelity was written (each is one line of its entry)
     original = "\n".join(line for line in REGISTRY.read_text().splitlines() if '"fidelity"' not in line)
