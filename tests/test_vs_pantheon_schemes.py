@@ -203,11 +203,11 @@ def test_pooled_invocations_count_every_run(bench):
     # two invocations' runs of one law, pooled by --report: the record says the fewest runs a
     # side has in a row, not the highest replicate number
     runs = runs_frame(MATRIX_RUNS)
-    rows = bench.summarize(pd.concat([runs, runs], ignore_index=True))
+    pooled = pd.concat([runs, runs], ignore_index=True)
+    rows = bench.summarize(pooled)
     copa = rows[rows["label"] == "copa"]
     assert set(copa["n up"]) == set(copa["n port"]) == {4}
     ports = bench.ports_of(json.loads(REGISTRY.read_text()), "2017")
-    pooled = pd.concat([runs, runs], ignore_index=True)
     f = bench.fidelity(ports, bench.label_summary(rows), bench.known_summary(pooled, PANTHEON), pooled)
     assert f["copa-2017"]["replicates"] == 4
 
