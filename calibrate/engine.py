@@ -140,6 +140,17 @@ class EngineResult:
         return lines[-1] if lines else ""
 
 
+def lateness(summary: Path) -> dict[str, float]:
+    """How late the engine's loop wrote the data packets out against its model's times (the
+    summary's `release_lateness`, uplink): p99 and max in ms, and the per cent over 1 ms.
+    Nothing for a summary without it (Mahimahi's runs, whose shells write the packets)."""
+    late = json.loads(summary.read_text()).get("uplink", {}).get("release_lateness") if summary.exists() else None
+    if not late or not late["packets"]:
+        return {}
+    return {"late p99": late["p99_ms"], "late max": late["max_ms"],
+            "late >1ms %": 100 * late["over_1ms_packets"] / late["packets"]}
+
+
 def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
             logs: Logs = Logs(), grace_s: float = 2.0, backend: Backend = Backend()) -> list[str]:
     """The engine's full command line; traces and the summary go to ``workdir``."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate import binaries
+from calibrate import binaries, engine
 from calibrate.evaluation import SLOTS_PER_CORE
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -47,11 +47,11 @@ def packing(parallel: int, scheme: str, replicates: int, runtime: float) -> list
             raise SystemExit(f"calibrate emulate failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         rows = []
         for run in json.loads(done.stdout)["runs"]:
-            summary = json.loads(Path(tmp, f"{run['cc']}_engine_run{run['run']}.json").read_text())
+            late = engine.lateness(Path(tmp, f"{run['cc']}_engine_run{run['run']}.json"))
             flows = run["flows"] or {}
             rows.append({"at once": parallel, "scheme": run["scheme"], "run": run["run"], "valid": run["valid"],
                          "tput": (flows.get("all") or {}).get("tput"), "p95": (flows.get("all") or {}).get("delay"),
-                         "late p99": summary["uplink"]["release_lateness"]["p99_ms"]})
+                         "late p99": late.get("late p99")})
         return rows
 
 

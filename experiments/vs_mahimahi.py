@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -129,20 +128,9 @@ def measure(row: Row, scheme_name: str, backend: Backend, replicate: int, runtim
         delays = one_way_delays(outcome.paths.datalink)
         m = outcome.stats.total
         return {"valid": True, "tput": m.tput_mbps, "p95": m.delay_ms, "mean": float(np.mean(delays)),
-                "loss": (m.loss or 0.0) * 100, "loss_seed": loss_seed, **engine_lateness(outcome.paths.engine_summary)}
+                "loss": (m.loss or 0.0) * 100, "loss_seed": loss_seed, **engine.lateness(outcome.paths.engine_summary)}
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def engine_lateness(summary: Path) -> dict[str, float]:
-    """How late the engine's loop wrote the data packets out against its model's times (its
-    summary's `release_lateness`, uplink): p99 and max in ms, and the per cent over 1 ms. Nothing
-    for Mahimahi's runs, whose shells write the packets."""
-    late = json.loads(summary.read_text()).get("uplink", {}).get("release_lateness") if summary.exists() else None
-    if not late or not late["packets"]:
-        return {}
-    return {"late p99": late["p99_ms"], "late max": late["max_ms"],
-            "late >1ms %": 100 * late["over_1ms_packets"] / late["packets"]}
 
 
 #: What runs the flows: real Mahimahi, or the engine with either timing model.

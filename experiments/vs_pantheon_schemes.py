@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibrate import binaries
+from calibrate import binaries, engine
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Backend
 from calibrate.errors import CalibrateError
@@ -311,23 +311,13 @@ def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: 
                 "p95": m.delay_ms, "loss": (m.loss or 0.0) * 100, "loss_seed": outcome.loss_seed,
                 **({f"tput {flow}": f.tput_mbps for flow, f in sorted(outcome.stats.flows.items())}
                    if workload.flows > 1 else {}),
-                **engine_lateness(outcome.paths.engine_summary)}
+                **engine.lateness(outcome.paths.engine_summary)}
     finally:
         if keep_as is None:
             shutil.rmtree(data_dir, ignore_errors=True)
         else:
             keep_as.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(data_dir, keep_as)
-
-
-def engine_lateness(summary: Path) -> dict[str, float]:
-    """How late the engine's loop wrote the data packets out against its model's times (its
-    summary's `release_lateness`, uplink): p99 and max in ms, and the per cent over 1 ms."""
-    late = json.loads(summary.read_text()).get("uplink", {}).get("release_lateness") if summary.exists() else None
-    if not late or not late["packets"]:
-        return {}
-    return {"late p99": late["p99_ms"], "late max": late["max_ms"],
-            "late >1ms %": 100 * late["over_1ms_packets"] / late["packets"]}
 
 
 def engine_build() -> str:

@@ -419,3 +419,13 @@ def test_a_packet_larger_than_an_opportunity_stops_the_run_cleanly(tmp_path):
     assert result.returncode == 1
     assert "larger than one delivery opportunity" in result.stderr
     assert wait_for(lambda: host_state() == before)
+
+
+def test_the_engines_lateness_is_read_from_its_summary(tmp_path):
+    summary = tmp_path / "engine-summary.json"
+    assert engine.lateness(summary) == {}  # no summary (a run that never started)
+    late = {"p99_ms": 0.4, "max_ms": 3.2, "over_1ms_packets": 25, "packets": 1000}
+    summary.write_text(json.dumps({"uplink": {"release_lateness": late}}))
+    assert engine.lateness(summary) == {"late p99": 0.4, "late max": 3.2, "late >1ms %": 2.5}
+    summary.write_text(json.dumps({"uplink": {}}))  # Mahimahi's shells wrote the packets
+    assert engine.lateness(summary) == {}

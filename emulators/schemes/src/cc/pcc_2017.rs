@@ -45,8 +45,8 @@
 //! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
 //! ACK2 is the ACK RTT of the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
 //! packets (each counted in the MI in which it is resent); our transport sends a new packet
-//! in that slot instead, the same packet count and pacing on the wire. The random choices (glibc `rand()` seeded with
-//! the clock upstream) come from a seeded generator.
+//! in that slot instead, the same packet count and pacing on the wire. The random choices
+//! (glibc `rand()` seeded with the clock upstream) come from a seeded generator.
 //!
 //! ACK2 on the data path: UDT's receiver sends a full ACK when its 10 ms ACK timer has run out
 //! and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`), and the sender answers every
