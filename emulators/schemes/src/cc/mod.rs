@@ -144,8 +144,9 @@ pub struct Pacer {
 /// Besides ACKs and losses a controller may watch its own sends (`on_send`), ask to be woken
 /// without an ACK (`timer_deadline`/`on_timer`: an idle or retransmission timeout of the
 /// upstream program), and choose how the transport detects loss (`loss_rule`,
-/// `loss_timeout`), how large its packets are (`payload_bytes`) and how its sends are paced
-/// (`pacer`): the ports of Pantheon's programs differ in exactly these.
+/// `loss_timeout`), how large its packets are (`payload_bytes`), how its sends are paced
+/// (`pacer`) and how often ACKs are read between sends (`acks_between_sends`): the ports of
+/// Pantheon's programs differ in exactly these.
 pub trait Controller: Send {
     /// Scheme-facing name, for logs.
     fn name(&self) -> &'static str;
@@ -192,6 +193,13 @@ pub trait Controller: Send {
     /// instead of the transport's 8 MB: a burst that outruns the interface then meets a full
     /// socket, as the upstream's did. Default: the transport's buffers.
     fn kernel_socket_buffers(&self) -> bool {
+        false
+    }
+    /// Whether the transport reads the ACKs waiting on the socket before every send, instead of
+    /// after a batch of 32 sends: an upstream program whose ACKs are handled by their own thread,
+    /// concurrently with a sending thread (verus), reacts to an ACK a send after it arrives,
+    /// not a batch later. Default: batches.
+    fn acks_between_sends(&self) -> bool {
         false
     }
     /// The local socket refused a DATA packet at `now` (its send buffer is full: EAGAIN or

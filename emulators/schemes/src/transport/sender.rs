@@ -15,7 +15,8 @@ use crate::stats::Stats;
 /// HELLO is repeated this often until the receiver answers.
 const HELLO_INTERVAL: Duration = Duration::from_millis(200);
 /// Packets sent back to back before the loop drains ACKs again, so a long burst of
-/// pacing credit cannot starve ACK processing.
+/// pacing credit cannot starve ACK processing (one for a controller that reads its ACKs
+/// before every send: `Controller::acks_between_sends`).
 const MAX_SEND_BATCH: usize = 32;
 
 /// A flow identifier that differs between runs, so a receiver can tell a restarted sender
@@ -138,6 +139,7 @@ fn send_to_peer(
     net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
     let busy_wait = core.pacer().busy_wait;
+    let send_batch = if core.controller().acks_between_sends() { 1 } else { MAX_SEND_BATCH };
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
     let mut rbuf = [0u8; 256];
@@ -174,7 +176,7 @@ fn send_to_peer(
 
         // 2. As many packets as the window and the pacer allow.
         let mut blocked = false;
-        for _ in 0..MAX_SEND_BATCH {
+        for _ in 0..send_batch {
             let now = clock();
             match core.send_allowed_at() {
                 Some(at) if at <= now => {}
@@ -237,6 +239,100 @@ fn spin_until(fd: i32, at: Duration, clock: impl Fn() -> Duration) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cc::{AckEvent, LossEvent};
+    use crate::transport::receiver::ReceiverFlow;
+    use std::sync::Mutex;
+
+    /// Records its sends ('S') and ACKs ('A'); its sixth send takes 100 ms (time for an ACK
+    /// to arrive), and it has 200 packets to send.
+    struct Recorder {
+        events: Arc<Mutex<Vec<char>>>,
+        acks_between_sends: bool,
+    }
+
+    impl Recorder {
+        fn sent(&self) -> usize {
+            self.events.lock().unwrap().iter().filter(|&&e| e == 'S').count()
+        }
+    }
+
+    impl Controller for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn on_ack(&mut self, _ack: &AckEvent) {
+            self.events.lock().unwrap().push('A');
+        }
+        fn on_loss(&mut self, _loss: &LossEvent) {}
+        fn cwnd(&self) -> u64 {
+            if self.sent() < 200 {
+                u64::MAX / 4
+            } else {
+                0
+            }
+        }
+        fn window_closed(&self) -> bool {
+            self.sent() >= 200
+        }
+        fn pacing_rate(&self, _srtt: Duration) -> f64 {
+            1e12
+        }
+        fn on_send(&mut self, _now: Duration, _seq: u64) {
+            self.events.lock().unwrap().push('S');
+            if self.sent() == 6 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        fn acks_between_sends(&self) -> bool {
+            self.acks_between_sends
+        }
+    }
+
+    /// The events of a sender whose sixth packet is acknowledged while it is still sending it.
+    fn events_with_an_ack_during_the_sixth_send(acks_between_sends: bool) -> String {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let peer = receiver.local_addr().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let cc = Box::new(Recorder { events: events.clone(), acks_between_sends });
+        let stats = Arc::new(Stats::new("recorder", "sender", "bytes"));
+        // The sender runs until the process ends; after its 200 packets it only waits.
+        std::thread::spawn(move || run_sender(peer, cc, stats, Duration::from_secs(5)));
+        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        loop {
+            let (n, from) = receiver.recv_from(&mut buf).unwrap();
+            match Packet::decode(&buf[..n]) {
+                Some(Packet::Hello { flow, sender_us }) => {
+                    let len = Packet::HelloAck { flow, echo_us: sender_us }.encode(&mut buf);
+                    receiver.send_to(&buf[..len], from).unwrap();
+                }
+                // The sixth packet, answered while its sender still sleeps.
+                Some(Packet::Data { flow, seq: seq @ 5, sender_us }) => {
+                    let len = Packet::Ack(ReceiverFlow::new(flow).on_data(seq, sender_us, 0)).encode(&mut buf);
+                    receiver.send_to(&buf[..len], from).unwrap();
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !events.lock().unwrap().contains(&'A') {
+            assert!(Instant::now() < deadline, "no ACK taken: {:?}", events.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let log: String = events.lock().unwrap().iter().collect();
+        log
+    }
+
+    #[test]
+    fn a_controller_that_asks_reads_its_acks_before_every_send() {
+        // Upstream verus's ACK thread takes an ACK as it comes, whatever the sender is doing.
+        let log = events_with_an_ack_during_the_sixth_send(true);
+        assert!(log.starts_with("SSSSSSA"), "{log}");
+        // By default the ACK waits for the end of a batch of 32 sends.
+        let log = events_with_an_ack_during_the_sixth_send(false);
+        assert!(log.starts_with(&format!("{}A", "S".repeat(MAX_SEND_BATCH))), "{log}");
+    }
 
     #[test]
     fn a_spin_ends_at_its_slot_or_when_a_datagram_arrives() {

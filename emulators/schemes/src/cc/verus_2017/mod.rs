@@ -44,8 +44,12 @@
 //!   release and, in slow start, ends it (wBar = 0.49·w, dEst = 0.75·6·dMin, a loss phase),
 //!   otherwise wBar = max(1, 0.7·wBar) and dEst = profile(wBar).
 //!
-//! Sends are unpaced bursts (the window is the release count); the transport's own loss
-//! detection is only bookkeeping here.
+//! Sends are unpaced bursts (the window is the release count). Upstream's ACKs have their
+//! own thread beside the sending thread, so the transport reads the waiting ACKs before every
+//! send ([`Controller::acks_between_sends`]), not after a batch of 32: how far a release has
+//! been sent when the next ACK computes one sets the snowball's size. (Alternating ACKs and
+//! sends one for one instead was measured and is worse: experiments/README.md.) The
+//! transport's own loss detection is only bookkeeping here.
 
 mod profile;
 #[cfg(test)]
@@ -557,6 +561,12 @@ impl Controller for Verus2017 {
     fn on_loss(&mut self, _loss: &LossEvent) {}
 
     fn kernel_socket_buffers(&self) -> bool {
+        true
+    }
+
+    fn acks_between_sends(&self) -> bool {
+        // `receiver_thread` handles each ACK as it arrives while `sending_thread` works
+        // through a release: the slow-start release an ACK computes sees every send before it.
         true
     }
 

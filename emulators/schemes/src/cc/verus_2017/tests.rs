@@ -498,6 +498,7 @@ fn a_full_socket_drops_the_release_and_cuts_the_window() {
     // In slow start: it ends, wBar = 0.49 w, dEst = 0.75 x 6 x dMin, a loss phase.
     let mut v = Verus2017::new(1472);
     assert!(v.kernel_socket_buffers(), "upstream never sets SO_SNDBUF");
+    assert!(v.acks_between_sends(), "upstream handles ACKs in their own thread");
     v.on_send(ms(0), 0);
     v.on_ack(&ack(ms(60), 0, 60.0));
     for seq in 1..=2 {
