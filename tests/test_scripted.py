@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -214,3 +215,23 @@ def test_three_staggered_flows_are_active_for_30_20_and_10_s(tmp_path):
     assert "-- Total of 3 flows:" in text and "-- Flow 3:" in text
     perf = json.loads((tmp_path / "pantheon_perf.json").read_text())
     assert set(perf["cubic"]["1"]) == {"all", "1", "2", "3"}
+
+
+def test_emulate_warns_when_spinning_senders_outnumber_the_cores(tmp_path):
+    """pcc-2017's sender busy-waits (UDT's send queue): more of its runs at once than this host
+    has cores are measured CPU-starved, and `calibrate emulate` says so, naming only the
+    spinning scheme and a --parallel that fits; the runs themselves still complete."""
+    cores = os.cpu_count() or 1
+    at_once = cores + 1
+    result = subprocess.run([CALIBRATE, "emulate", "--emulator", PATH_12, "--schemes", "pcc-2017,cubic",
+                             "--runtime", "3", "--replicates", str(at_once), "--parallel", str(at_once),
+                             "--out", str(tmp_path / "data"), "--json"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    err = " ".join(result.stderr.split())  # the console wraps long lines
+    warning = err[err.index("warning:"):]
+    assert warning.startswith("warning: pcc-2017 spin on a core per sender"), err
+    assert f"{at_once} runs at once of 1 flow(s)" in warning and f"this host's {cores} cores" in warning
+    assert f"use --parallel {cores}" in warning
+    assert "cubic" not in warning.split("use --parallel")[0]
+    assert len(json.loads(result.stdout)["runs"]) == 2 * at_once
