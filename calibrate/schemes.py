@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -330,10 +330,14 @@ def _last_line(text: object) -> str:
 
 
 def load_registry(pantheon_dir: Path | str | None = None, interpreter: str | None = None) -> Registry:
-    """The built-in schemes, plus a Pantheon checkout's wrappers when `pantheon_dir` is given."""
+    """The built-in schemes, plus a Pantheon checkout's wrappers when `pantheon_dir` is given.
+    A wrapper of a label whose port spins (UDT's send queue: pcc, vivace, pcc_experimental)
+    spins too: it runs the upstream program the port reproduces, so it asks for a whole core."""
     schemes = builtin_schemes()
     if pantheon_dir is not None:
-        schemes += pantheon_schemes(pantheon_dir, interpreter)
+        spinning = {s.port_of.label for s in schemes if s.busy_wait and s.port_of is not None}
+        schemes += [replace(w, busy_wait=True) if spinning & set(w.aliases) else w
+                    for w in pantheon_schemes(pantheon_dir, interpreter)]
     return Registry(tuple(schemes))
 
 

@@ -181,8 +181,10 @@ def pantheon_checkout(tmp_path):
 
 
 def test_wrappers_join_the_registry(pantheon_checkout):
+    write_wrapper(pantheon_checkout / "src" / "wrappers", "pcc", "receiver", "pcc-2017")
     schemes = {s.name: s for s in pantheon_schemes(pantheon_checkout, sys.executable)}
-    assert set(schemes) == {"pantheon-cubic", "pantheon-quic", "pantheon-crashy", "pantheon-broken"}
+    assert set(schemes) == {"pantheon-cubic", "pantheon-quic", "pantheon-pcc", "pantheon-crashy",
+                            "pantheon-broken"}
     assert schemes["pantheon-quic"].run_first == "sender" and schemes["pantheon-cubic"].run_first == "receiver"
     assert not schemes["pantheon-broken"].available
     assert "no_such_module_here" in schemes["pantheon-broken"].unavailable_reason
@@ -191,6 +193,8 @@ def test_wrappers_join_the_registry(pantheon_checkout):
     assert registry.resolve("quic").name == "pantheon-quic"
     assert registry.resolve("cubic").name == "cubic"
     assert registry.resolve("pantheon-cubic").kind == "pantheon-wrapper"
+    # Pantheon's pcc wrapper runs UDT, whose sender spins as our port's does: a whole core.
+    assert registry.resolve("pantheon-pcc").busy_wait and not registry.resolve("pantheon-cubic").busy_wait
 
     listed = cli("schemes", "--json", "--pantheon-dir", str(pantheon_checkout), "--pantheon-python", sys.executable)
     assert listed.returncode == 0, listed.stderr
