@@ -243,7 +243,7 @@ mod tests {
     use crate::transport::receiver::ReceiverFlow;
     use std::sync::Mutex;
 
-    /// Records its sends ('S') and ACKs ('A'); its sixth send takes 100 ms (time for an ACK
+    /// Records its sends ('S') and ACKs ('A'); its sixth send takes 300 ms (time for an ACK
     /// to arrive), and it has 200 packets to send.
     struct Recorder {
         events: Arc<Mutex<Vec<char>>>,
@@ -280,7 +280,7 @@ mod tests {
         fn on_send(&mut self, _now: Duration, _seq: u64) {
             self.events.lock().unwrap().push('S');
             if self.sent() == 6 {
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(300));
             }
         }
         fn acks_between_sends(&self) -> bool {
