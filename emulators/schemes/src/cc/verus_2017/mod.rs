@@ -16,8 +16,9 @@
 //!   max(dMin, dEst − 2) (at dMin: dMin += 10 when wCrt < 2, else nothing is sent this epoch);
 //!   else if dMax rose, dEst = max(dMin, dEst − 1); else dEst += 2. wBar = max(1, w(dEst)),
 //!   w(d) = the first w ≥ 2 whose fitted delay exceeds d, minus 1 (`calcDelayCurve`; before a
-//!   fit, the raw points, lowering d by 2 until one exceeds it; no w below 40000: slow start
-//!   again). The epoch releases S = max(0, wBar + ⌊wCrt·(2−n)/(n−1)⌋) packets, n = ⌈dTBar/5⌉
+//!   fit, the raw points, lowering d by 2 after each pass until one exceeds it, and a fit
+//!   landing mid-pass serves from the window reached; no w below 40000: slow start again).
+//!   The epoch releases S = max(0, wBar + ⌊wCrt·(2−n)/(n−1)⌋) packets, n = ⌈dTBar/5⌉
 //!   (n ≤ 1: max(0, wBar − wCrt)) (`calcSi`), sent back to back; dMaxLast = 0.2·dMaxLast +
 //!   0.8·dMax.
 //! * **Delay profile** (`delayProfile_thread`): at the end of slow start and 1 s after each
@@ -87,8 +88,8 @@ const BASIS_DIVISOR: f64 = 15.0;
 /// Send records older than this are dropped (an ACK that late is ignored).
 const SEND_RECORD_HORIZON: Duration = Duration::from_secs(5);
 
-/// A fitted profile and its delay at every integer window below MAX_W.
-type Fitted = Result<(Profile, Vec<f64>), FitError>;
+/// What the profile thread hands back.
+type Fitted = Result<Profile, FitError>;
 
 /// What was sent: verus's own sequence number (from 1 in each slow-start session), the window
 /// it carried and the session.
@@ -122,8 +123,8 @@ pub fn basis_count(max_w: usize, n: &mut f64) -> Option<usize> {
 }
 
 /// The first w ≥ 2 whose fitted delay exceeds `d`, minus one (`calcDelayCurve` with a fit).
-pub fn window_for_delay(table: &[f64], d: f64) -> Option<usize> {
-    (2..table.len()).find(|&w| table[w] > d).map(|w| w - 1)
+pub fn window_for_delay(profile: &Profile, d: f64) -> Option<usize> {
+    (2..MAX_W).find(|&w| profile.delay_at(w as f64) > d).map(|w| w - 1)
 }
 
 pub struct Verus2017 {
@@ -152,8 +153,6 @@ pub struct Verus2017 {
     exit_slow_start: bool,
     loss_phase: bool,
     profile: Option<Profile>,
-    /// Fitted delay at every integer window below MAX_W.
-    table: Vec<f64>,
     basis_divisor: f64,
     /// The fit running in its own thread, if one is.
     pending_fit: Option<Receiver<Fitted>>,
@@ -190,7 +189,6 @@ impl Verus2017 {
             exit_slow_start: false,
             loss_phase: false,
             profile: None,
-            table: Vec::new(),
             basis_divisor: BASIS_DIVISOR,
             pending_fit: None,
             credit: 1,
@@ -251,7 +249,6 @@ impl Verus2017 {
         self.slow_start = true;
         self.loss_phase = false;
         self.profile = None;
-        self.table.clear();
         self.basis_divisor = BASIS_DIVISOR;
         self.next_fit = None;
         // A fit still running belongs to the session that ends here.
@@ -276,16 +273,39 @@ impl Verus2017 {
 
     /// `calcDelayCurve`: the window for delay `d`; None when the fitted profile never
     /// exceeds it.
-    fn window_of_delay(&self, d: f64) -> Option<f64> {
-        if self.profile.is_some() {
-            return window_for_delay(&self.table, d).map(|w| w as f64);
-        }
-        // Without a fit: the raw points, lowering the delay until one exceeds it (unset points
-        // are -1, so this ends once d < -1).
+    ///
+    /// Without a fit it scans the raw points, lowering the delay by 2 after each pass over
+    /// every window until a point exceeds it (unset points are -1, so this ends once d < -1).
+    /// Upstream's main loop runs this scan while the profile thread fits, and asks at every
+    /// window whether the fit has landed (`haveSpline`): from the window the scan has reached
+    /// it goes on with the fitted curve. When slow start ends on a delay above 500 ms on a long
+    /// path, dEst (4.5 dMin) lies above every raw point, so the first epoch is still scanning
+    /// when the fit lands and its window is wherever the scan then was, often thousands of
+    /// packets released at once (upstream's own logs on 6 Mbit/s, 150 ms: first windows 2802,
+    /// 10 244, 15 744 and 27 677 where the next epoch, with the fit, gave 793, 803, 811 and
+    /// 710); when the fit landed before the epoch began, the fit's own window. The port scans the same way, polling its fit
+    /// thread at every window, so the same race between the two runs in real time.
+    fn window_of_delay(&mut self, now: Duration, d: f64) -> Option<f64> {
         let mut d = d;
         loop {
-            if let Some(w) = (2..MAX_W).find(|&w| self.points[w] > d) {
-                return Some((w - 1) as f64);
+            for w in 2..MAX_W {
+                if self.profile.is_none() && self.pending_fit.is_some() {
+                    self.collect_fit(now, false);
+                    if self.slow_start {
+                        // The fit failed and slow start began again.
+                        return None;
+                    }
+                }
+                let above = match &self.profile {
+                    Some(p) => p.delay_at(w as f64) > d,
+                    None => self.points[w] > d,
+                };
+                if above {
+                    return Some((w - 1) as f64);
+                }
+            }
+            if self.profile.is_some() {
+                return None;
             }
             d -= DELTA_UP;
         }
@@ -313,10 +333,7 @@ impl Verus2017 {
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let fitted = fit(&xs, &ys, m, RHO).map(|p| {
-                let table = (0..MAX_W).map(|w| p.delay_at(w as f64)).collect();
-                (p, table)
-            });
+            let fitted = fit(&xs, &ys, m, RHO);
             // The controller may have dropped the receiver (a restart): nobody waits then.
             let _ = tx.send(fitted);
         });
@@ -339,8 +356,7 @@ impl Verus2017 {
         };
         self.pending_fit = None;
         match fitted {
-            Some(Ok((p, table))) => {
-                self.table = table;
+            Some(Ok(p)) => {
                 self.profile = Some(p);
                 self.next_fit = Some(now + CURVE_PERIOD);
             }
@@ -440,8 +456,10 @@ impl Verus2017 {
         } else {
             self.d_est += DELTA_UP;
         }
-        let Some(w) = self.window_of_delay(self.d_est) else {
-            self.restart_slow_start(now);
+        let Some(w) = self.window_of_delay(now, self.d_est) else {
+            if !self.slow_start {
+                self.restart_slow_start(now);
+            }
             return;
         };
         self.w_bar = w.max(1.0);
@@ -515,6 +533,9 @@ impl Controller for Verus2017 {
 
     fn on_ack(&mut self, ack: &AckEvent) {
         let now = ack.now;
+        // A fit is in use from the moment it is ready (`haveSpline`), by the ACKs too: in a loss
+        // phase each one lowers dEst to the new profile's delay at wBar.
+        self.collect_fit(now, false);
         let Some(p) = self.lookup(ack.seq) else { return };
         if p.session < self.session {
             return;

@@ -203,9 +203,8 @@ fn penalised_spline_matches_alglib() {
             let got = p.delay_at(w);
             assert!((got - want).abs() <= 1e-9 * want.abs(), "set {set} w {w}: {got} vs ALGLIB {want}");
         }
-        let table: Vec<f64> = (0..MAX_W).map(|w| p.delay_at(w as f64)).collect();
         for (d, want) in inverse {
-            let got = window_for_delay(&table, d).map_or(-1000, |w| w as i64);
+            let got = window_for_delay(&p, d).map_or(-1000, |w| w as i64);
             assert_eq!(got, want, "set {set} dEst {d}");
         }
     }
@@ -270,11 +269,11 @@ fn steady() -> Verus2017 {
 
 #[test]
 fn fitted_linear_profile_maps_delay_to_window() {
-    let v = steady();
+    let mut v = steady();
     let p = v.profile().unwrap();
     assert!((p.delay_at(100.0) - 150.0).abs() < 1e-6);
     // The first w whose delay exceeds 120.5 is 71: the window is 70.
-    assert_eq!(v.window_of_delay(120.5), Some(70.0));
+    assert_eq!(v.window_of_delay(ms(0), 120.5), Some(70.0));
 }
 
 #[test]
@@ -532,15 +531,15 @@ fn a_full_socket_drops_the_release_and_cuts_the_window() {
 #[test]
 fn the_previous_profile_serves_while_a_fit_runs() {
     let mut v = steady();
-    let before = v.window_of_delay(120.0);
+    let before = v.window_of_delay(ms(1000), 120.0);
     for w in 1..=200 {
         v.points[w] = 50.0 + 2.0 * w as f64;
     }
     v.on_timer(ms(1000));
     assert!(v.pending_fit.is_some() && v.next_fit.is_none());
-    assert_eq!(v.window_of_delay(120.0), before, "the old profile until the new one is ready");
+    assert_eq!(v.window_of_delay(ms(1000), 120.0), before, "the old profile until the new one is ready");
     v.collect_fit(ms(1001), true);
-    let after = v.window_of_delay(120.0).unwrap();
+    let after = v.window_of_delay(ms(1000), 120.0).unwrap();
     assert!((after - 35.0).abs() <= 1.0, "the new profile (50 + 2w ms) maps 120 ms to {after}");
     assert_eq!(v.next_fit, Some(ms(2001)));
     // A restart drops a fit still running: its result belongs to the old session.
@@ -548,4 +547,82 @@ fn the_previous_profile_serves_while_a_fit_runs() {
     assert!(v.pending_fit.is_some());
     v.restart_slow_start(ms(2002));
     assert!(v.pending_fit.is_none() && v.profile().is_none());
+}
+
+/// Past slow start on a long path: raw points 102..=300 ms at w 1..=100, and dEst (1300 ms)
+/// above every one of them, as when slow start ends on a delay above 500 ms (dEst 4.5 dMin).
+fn left_slow_start_above_every_point() -> (Verus2017, Vec<f64>, Vec<f64>) {
+    let mut v = Verus2017::new(1472);
+    let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+    let ys: Vec<f64> = xs.iter().map(|w| 100.0 + 2.0 * w).collect();
+    for (w, d) in xs.iter().zip(&ys) {
+        v.points[*w as usize] = *d;
+    }
+    v.slow_start = false;
+    (v, xs, ys)
+}
+
+#[test]
+fn a_fit_that_landed_before_the_scan_gives_its_own_window() {
+    let (mut v, _, _) = left_slow_start_above_every_point();
+    v.fit_profile(ms(0));
+    v.collect_fit(ms(0), true);
+    // The fitted line 100 + 2w first exceeds 1300 ms at w = 601.
+    let w = v.window_of_delay(ms(1), 1300.0).unwrap();
+    assert!((w - 600.0).abs() <= 1.0, "window {w}");
+}
+
+#[test]
+fn a_fit_that_lands_mid_scan_serves_from_the_window_the_scan_reached() {
+    let (mut v, xs, ys) = left_slow_start_above_every_point();
+    let (tx, rx) = mpsc::channel();
+    v.pending_fit = Some(rx);
+    let mut n = BASIS_DIVISOR;
+    let m = basis_count(100, &mut n).unwrap();
+    let fitter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        tx.send(fit(&xs, &ys, m, RHO)).unwrap();
+    });
+    // The raw scan alone would lower d over 500 passes of 40 000 windows and answer 99 (the
+    // point at w = 100, 300 ms); the fit lands long before, mid-pass, and the scan goes on from
+    // there with the fitted line, which lies above d from w ≈ 600 on.
+    let w = v.window_of_delay(ms(1), 1300.0).unwrap();
+    fitter.join().unwrap();
+    assert!(v.profile().is_some(), "the fit was taken during the scan");
+    assert!(w >= 599.0, "window {w}: the scan's position or the fit's own window, never the raw 99");
+    assert!(!v.in_slow_start() && v.restarts() == 0);
+}
+
+#[test]
+fn a_fit_that_fails_mid_scan_restarts_slow_start_once() {
+    let (mut v, _, _) = left_slow_start_above_every_point();
+    let (tx, rx) = mpsc::channel();
+    v.pending_fit = Some(rx);
+    tx.send(Err(FitError("Cholesky failed"))).unwrap();
+    v.d_est = 1300.0;
+    v.epoch(ms(5));
+    assert!(v.in_slow_start());
+    assert_eq!(v.restarts(), 1);
+}
+
+#[test]
+fn the_acks_use_a_fit_from_the_moment_it_is_ready() {
+    // Slow start ended on a delay above 500 ms: a loss phase, dEst 1300 ms; the packet now
+    // acknowledged was sent at w = 100, above the cut wBar of 60, so the phase goes on.
+    let (mut v, xs, ys) = left_slow_start_above_every_point();
+    v.w_bar = 100.0;
+    v.on_send(ms(0), 1);
+    v.w_bar = 60.0;
+    v.d_est = 1300.0;
+    v.loss_phase = true;
+    let (tx, rx) = mpsc::channel();
+    v.pending_fit = Some(rx);
+    let mut n = BASIS_DIVISOR;
+    tx.send(fit(&xs, &ys, basis_count(100, &mut n).unwrap(), RHO)).unwrap();
+    // No timer has fired since the fit landed; the ACK takes it (upstream's `haveSpline` is
+    // seen by the receiver thread at once) and lowers dEst to its delay at wBar.
+    v.on_ack(&ack(ms(300), 1, 300.0));
+    assert!(v.profile().is_some());
+    let want = 100.0 + 2.0 * (60.0 + 1.0 / 60.0);
+    assert!((v.d_est() - want).abs() < 0.5, "dEst {} against the fit's {want}", v.d_est());
 }
