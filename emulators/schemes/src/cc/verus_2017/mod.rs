@@ -122,9 +122,10 @@ pub fn basis_count(max_w: usize, n: &mut f64) -> Option<usize> {
     Some(((max_w as f64) / *n) as usize)
 }
 
-/// The first w ≥ 2 whose fitted delay exceeds `d`, minus one (`calcDelayCurve` with a fit).
-pub fn window_for_delay(profile: &Profile, d: f64) -> Option<usize> {
-    (2..MAX_W).find(|&w| profile.delay_at(w as f64) > d).map(|w| w - 1)
+/// The first w ≥ `from` whose fitted delay exceeds `d`, minus one (`calcDelayCurve` with a fit,
+/// which starts at w = 2).
+pub fn window_for_delay(profile: &Profile, d: f64, from: usize) -> Option<usize> {
+    (from..MAX_W).find(|&w| profile.delay_at(w as f64) > d).map(|w| w - 1)
 }
 
 pub struct Verus2017 {
@@ -296,16 +297,12 @@ impl Verus2017 {
                         return None;
                     }
                 }
-                let above = match &self.profile {
-                    Some(p) => p.delay_at(w as f64) > d,
-                    None => self.points[w] > d,
-                };
-                if above {
+                if let Some(p) = &self.profile {
+                    return window_for_delay(p, d, w).map(|w| w as f64);
+                }
+                if self.points[w] > d {
                     return Some((w - 1) as f64);
                 }
-            }
-            if self.profile.is_some() {
-                return None;
             }
             d -= DELTA_UP;
         }

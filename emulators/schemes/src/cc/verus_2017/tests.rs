@@ -204,7 +204,7 @@ fn penalised_spline_matches_alglib() {
             assert!((got - want).abs() <= 1e-9 * want.abs(), "set {set} w {w}: {got} vs ALGLIB {want}");
         }
         for (d, want) in inverse {
-            let got = window_for_delay(&p, d).map_or(-1000, |w| w as i64);
+            let got = window_for_delay(&p, d, 2).map_or(-1000, |w| w as i64);
             assert_eq!(got, want, "set {set} dEst {d}");
         }
     }
