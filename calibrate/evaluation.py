@@ -35,7 +35,8 @@ distorting them, because an emulation that misses its deadlines measures the hos
   ≥ 90 Mbit/s one task per core.
 - ``num_cpus = 1`` at any rate for a scheme whose sender spins between sends (`Scheme.busy_wait`,
   from the controller's own pacer: UDT's send queue, so pcc-2017, vivace-2018 and
-  pcc_experimental-2018, as upstream): it holds a core for the whole run.  Measured here
+  pcc_experimental-2018, as upstream; and Pantheon's own wrapper of a label whose program spins,
+  `PortOf.busy_wait`, which adds verus): it holds a core for the whole run.  Measured here
   (experiments/bench_spinning.py, 12 Mbit/s, 20 ms, 100 packets, 4 runs each of
   pcc_experimental-2018 and cubic): one at a time 11.21 ± 0.10 Mbit/s, packed 8 at once as the
   rate rule would pack them 10.66 ± 0.20 (−4.9 %), cubic unchanged (11.94) and the engine never

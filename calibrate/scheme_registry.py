@@ -9,7 +9,8 @@ whether ours is the implementation Pantheon ran; and how `calibrate-scheme` runs
 for Pantheon's schemes we do not implement (kept for their character and labels).
 
 A port of the program Pantheon ran names it (`port_of`: the Pantheon label, the eras in which
-Pantheon ran that program, the upstream at its pinned commit). Every implementation carries its
+Pantheon ran that program, the upstream at its pinned commit, whether that program keeps a core
+busy). Every implementation carries its
 measured fidelity (`fidelity`: against what, when, per metric the median and worst |Δ|, and
 whether it is faithful; `experiments/vs_pantheon_schemes.py --write-fidelity` writes it); kernel
 TCP is faithful by construction. A Pantheon label means the implementation of the target's era
@@ -68,6 +69,7 @@ class PortOf:
     label: str  # Pantheon's label
     eras: tuple[str, ...]  # the eras in which Pantheon ran that program under the label
     upstream: str  # repository, commit, program and arguments
+    busy_wait: bool = False  # that program keeps a core busy (its sender spins between sends)
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,8 @@ class Entry:
                        str(impl["kind"]), str(impl["controller"]), str(impl["run_first"]),
                        str(impl.get("description", ""))),
                    None if port is None else PortOf(str(port["label"]), tuple(port["eras"]),
-                                                    str(port.get("upstream", ""))),
+                                                    str(port.get("upstream", "")),
+                                                    bool(port.get("busy_wait", False))),
                    None if fidelity is None else Fidelity.from_json(fidelity),
                    impossible or None)
 

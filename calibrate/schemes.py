@@ -331,11 +331,12 @@ def _last_line(text: object) -> str:
 
 def load_registry(pantheon_dir: Path | str | None = None, interpreter: str | None = None) -> Registry:
     """The built-in schemes, plus a Pantheon checkout's wrappers when `pantheon_dir` is given.
-    A wrapper of a label whose port spins (UDT's send queue: pcc, vivace, pcc_experimental)
-    spins too: it runs the upstream program the port reproduces, so it asks for a whole core."""
+    A wrapper runs the upstream program itself, so where the registry says that program keeps a
+    core busy (`PortOf.busy_wait`: UDT's send queue in pcc, vivace and pcc_experimental, whose
+    ports spin as well; verus's sending thread, whose port sleeps) it asks for a whole core."""
     schemes = builtin_schemes()
     if pantheon_dir is not None:
-        spinning = {s.port_of.label for s in schemes if s.busy_wait and s.port_of is not None}
+        spinning = {s.port_of.label for s in schemes if s.port_of is not None and s.port_of.busy_wait}
         schemes += [replace(w, busy_wait=True) if spinning & set(w.aliases) else w
                     for w in pantheon_schemes(pantheon_dir, interpreter)]
     return Registry(tuple(schemes))

@@ -182,9 +182,10 @@ def pantheon_checkout(tmp_path):
 
 def test_wrappers_join_the_registry(pantheon_checkout):
     write_wrapper(pantheon_checkout / "src" / "wrappers", "pcc", "receiver", "pcc-2017")
+    write_wrapper(pantheon_checkout / "src" / "wrappers", "verus", "sender", "verus-2017")
     schemes = {s.name: s for s in pantheon_schemes(pantheon_checkout, sys.executable)}
-    assert set(schemes) == {"pantheon-cubic", "pantheon-quic", "pantheon-pcc", "pantheon-crashy",
-                            "pantheon-broken"}
+    assert set(schemes) == {"pantheon-cubic", "pantheon-quic", "pantheon-pcc", "pantheon-verus",
+                            "pantheon-crashy", "pantheon-broken"}
     assert schemes["pantheon-quic"].run_first == "sender" and schemes["pantheon-cubic"].run_first == "receiver"
     assert not schemes["pantheon-broken"].available
     assert "no_such_module_here" in schemes["pantheon-broken"].unavailable_reason
@@ -195,6 +196,9 @@ def test_wrappers_join_the_registry(pantheon_checkout):
     assert registry.resolve("pantheon-cubic").kind == "pantheon-wrapper"
     # Pantheon's pcc wrapper runs UDT, whose sender spins as our port's does: a whole core.
     assert registry.resolve("pantheon-pcc").busy_wait and not registry.resolve("pantheon-cubic").busy_wait
+    # Upstream verus's sending thread spins on its release count though our port sleeps: the
+    # wrapper, which runs upstream's program, asks for a whole core; the port does not.
+    assert registry.resolve("pantheon-verus").busy_wait and not registry.resolve("verus-2017").busy_wait
 
     listed = cli("schemes", "--json", "--pantheon-dir", str(pantheon_checkout), "--pantheon-python", sys.executable)
     assert listed.returncode == 0, listed.stderr
@@ -273,6 +277,9 @@ def test_a_sender_that_spins_asks_the_scheduler_for_a_whole_core():
     registry = load_registry()
     spinning = {s.name for s in registry.available() if s.busy_wait}
     assert spinning == {"pcc-2017", "vivace-2018", "pcc_experimental-2018"}
+    # A port spins because the program it ports did: the registry file says so of that program.
+    upstream_spins = {s.name for s in registry.available() if s.port_of is not None and s.port_of.busy_wait}
+    assert upstream_spins == spinning | {"verus-2017"}
 
     def cpus(scheme: str, rate_mbps: float) -> float:
         return RunTask(0, scheme, registry.resolve(scheme), 1, EmulatorConfig(rate_mbps=rate_mbps, delay_ms=20),
