@@ -137,6 +137,11 @@ pub struct Pacer {
     /// Spin on the clock (and the socket) instead of sleeping until the slot, as a sender
     /// that busy-waits does: it wakes on time unless preempted, and keeps a core busy.
     pub busy_wait: bool,
+    /// Wait as a loop that polls its socket with a whole-millisecond timeout does (genericCC's
+    /// `poll(int)`, the timeout truncated): sleep the whole milliseconds to the next wake-up,
+    /// then spin through the sub-millisecond rest, so it wakes on time to the microsecond and
+    /// keeps a core busy only while a wait under 1 ms is left (always, at gaps under 1 ms).
+    pub whole_ms_poll: bool,
 }
 
 /// The one interface between the transport and a congestion-control algorithm.

@@ -70,7 +70,7 @@ use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
 /// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
 /// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
 /// (preemption) is never made up.
-pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true };
+pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true, whole_ms_poll: false };
 
 /// UDT's MSS after Pantheon's patch: one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1464;

@@ -50,8 +50,8 @@ use std::time::Duration;
 use prost::Message;
 
 pub use super::generic_cc::DATAGRAM_BYTES;
-use super::generic_cc::{ms, SendLoop, UNPACED};
-use super::{AckEvent, Controller, LossEvent, LossRule};
+use super::generic_cc::{ms, SendLoop, PACER, UNPACED};
+use super::{AckEvent, Controller, LossEvent, LossRule, Pacer};
 
 /// The environment variable naming the whisker tree file the scheme reads.
 pub const DNA_ENV: &str = "CALIBRATE_REMY_DNA";
@@ -378,6 +378,10 @@ impl Controller for Taova2018 {
         UNPACED
     }
 
+    fn pacer(&self) -> Pacer {
+        PACER
+    }
+
     fn payload_bytes(&self) -> Option<u64> {
         Some(DATAGRAM_BYTES)
     }
@@ -454,6 +458,11 @@ mod tests {
 
     fn small_tree() -> Arc<WhiskerTree> {
         Arc::new(WhiskerTree::decode(&small_tree_bytes()).unwrap())
+    }
+
+    #[test]
+    fn it_waits_as_generic_cc_polls() {
+        assert_eq!(Taova2018::new(small_tree()).pacer(), PACER);
     }
 
     #[test]

@@ -432,7 +432,7 @@ mod tests {
     fn a_late_send_is_made_up_only_where_the_pacer_allows() {
         // Slots every 1 ms; the second send leaves 5 ms late.
         let next_slot = |catch_up| {
-            let pacer = Pacer { catch_up, busy_wait: true };
+            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false };
             let mut c = SenderCore::new(Box::new(Probe { pacer, ..Probe::default() }), 1, 1000, ms(100));
             assert_eq!(c.pacer(), pacer);
             c.on_send(ms(0));

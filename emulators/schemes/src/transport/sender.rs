@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::core::SenderCore;
 use super::wire::{data_payload_bytes, Packet, CONTROL_MAX_BYTES, DATA_HEADER_BYTES, HELLO_BYTES, MAX_DATAGRAM_BYTES};
-use crate::cc::Controller;
+use crate::cc::{Controller, Pacer};
 use crate::net;
 use crate::stats::Stats;
 
@@ -138,7 +138,7 @@ fn send_to_peer(
     let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
     net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
-    let busy_wait = core.pacer().busy_wait;
+    let Pacer { busy_wait, whole_ms_poll, .. } = core.pacer();
     let send_batch = if core.controller().acks_between_sends() { 1 } else { MAX_SEND_BATCH };
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
@@ -217,12 +217,24 @@ fn send_to_peer(
             match wakeup {
                 // A busy-waiting upstream spins to its slot; an ACK still ends the wait.
                 Some(at) if busy_wait && !blocked && core.send_allowed_at() == Some(at) => spin_until(fd, at, clock)?,
+                // A loop polling in whole ms sleeps those, then spins the rest (its `poll(int)`).
+                Some(at) if whole_ms_poll && !blocked => poll_whole_ms_then_spin(fd, at, clock)?,
                 _ => {
                     net::wait(fd, blocked, timeout).map_err(|e| format!("poll failed: {e}"))?;
                 }
             }
         }
     }
+}
+
+/// Waits as genericCC's `poll(fd, 1, (int) ms)` loop does until `clock()` reaches `at` or the
+/// socket has something to read: a sleep of the whole milliseconds left, then a spin.
+fn poll_whole_ms_then_spin(fd: i32, at: Duration, clock: impl Fn() -> Duration) -> Result<(), String> {
+    let whole = Duration::from_millis(at.saturating_sub(clock()).as_millis() as u64);
+    if !whole.is_zero() && net::wait(fd, false, Some(whole)).map_err(|e| format!("poll failed: {e}"))?.readable {
+        return Ok(());
+    }
+    spin_until(fd, at, clock)
 }
 
 /// Spins until `clock()` reaches `at` or the socket has something to read.
@@ -347,5 +359,24 @@ mod tests {
         let slot = clock() + Duration::from_secs(60);
         spin_until(sock.as_raw_fd(), slot, clock).unwrap();
         assert!(clock() < slot);
+    }
+
+    /// genericCC's wait: never before its deadline (a sleep of whole ms would wake early on
+    /// a 2.7 ms wait: the rest is spun), and a datagram ends it, in the sleep or in the spin.
+    #[test]
+    fn a_whole_ms_poll_wakes_at_its_deadline_or_when_a_datagram_arrives() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let start = Instant::now();
+        let clock = || start.elapsed();
+        for wait_us in [2700, 400] {
+            let at = clock() + Duration::from_micros(wait_us);
+            poll_whole_ms_then_spin(sock.as_raw_fd(), at, clock).unwrap();
+            assert!(clock() >= at, "woke before a {wait_us} µs deadline");
+        }
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.send_to(b"ack", sock.local_addr().unwrap()).unwrap();
+        let at = clock() + Duration::from_secs(60);
+        poll_whole_ms_then_spin(sock.as_raw_fd(), at, clock).unwrap();
+        assert!(clock() < at);
     }
 }
