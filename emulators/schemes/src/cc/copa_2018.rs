@@ -409,9 +409,9 @@ impl Controller for Copa2018 {
         self.send.window_closed(self.window)
     }
 
-    /// The transport's default wait (a sleep to the deadline), not genericCC's whole-ms poll
-    /// ([`super::generic_cc::PACER`]) that taova-2018 takes: with that poll copa-2018 passed 8
-    /// of 10 rows (100/5/300 tput -6.6 %), with this one 10 of 10 (experiments/README).
+    // The transport's default wait (a sleep to each deadline), not genericCC's whole-ms poll
+    // (`generic_cc::PACER`) that taova-2018 takes: with that poll copa-2018 passed 8 of 10
+    // rows (100/5/300 tput -6.6 %), with this one 10 of 10 (experiments/README).
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
         UNPACED
     }

@@ -28,7 +28,9 @@
 //!   gap becomes the rule's `intersend`. (The link-rate scaling of `SCALE_SEND_RECEIVE_EWMA`
 //!   never acts: with `train_length = 1` the loop measures no link rate.)
 //! * **Start** (`RemyCC::init`): window 2, gap 0, memory cleared, `W_rat = 0`.
-//! * **Send loop**: genericCC's ([`super::generic_cc`]), paced at the rule's `intersend`.
+//! * **Send loop**: genericCC's ([`super::generic_cc`]), paced at the rule's `intersend`, and
+//!   waiting as its `poll` with a whole-ms timeout does (`generic_cc::PACER`: a sleep of the
+//!   whole ms, then a spin through the rest).
 //! * **Loss**: no signal. An ACK of a packet not outstanding changes nothing but the loop's
 //!   `largest_ack`.
 //! * **Timeout**: after 2 s without an ACK, `init()` again (memory cleared, window 2) and
