@@ -239,3 +239,10 @@ def test_fidelity_goes_into_a_copy_of_the_registry_touching_nothing_else(bench, 
     assert json.loads(copy.read_text())["schemes"][-1] == json.loads(text)["schemes"][-1]
     vegas = next(e for e in json.loads(copy.read_text())["schemes"] if e["name"] == "vegas-2017")
     assert vegas["fidelity"] == {"against": bench.KNOWN_AGAINST, "faithful": True}
+    # ... and the earlier known-emulator numbers of a port scored only on the matrix (--skip-known)
+    known = {"tput_pct": 26.0, "p95_pct": -0.7}
+    bench.write_fidelity({"copa-2017": {**f["copa-2017"], "known_emulator": known}}, copy)
+    matrix_only = {k: v for k, v in f["copa-2017"].items() if k != "known_emulator"}
+    bench.write_fidelity({"copa-2017": {**matrix_only, "rows_passing": 5}}, copy)
+    copa = next(e for e in json.loads(copy.read_text())["schemes"] if e["name"] == "copa-2017")
+    assert copa["fidelity"] == {**matrix_only, "rows_passing": 5, "known_emulator": known}
