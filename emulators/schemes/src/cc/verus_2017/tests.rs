@@ -579,9 +579,12 @@ fn a_fit_that_lands_mid_scan_serves_from_the_window_the_scan_reached() {
     v.pending_fit = Some(rx);
     let mut n = BASIS_DIVISOR;
     let m = basis_count(100, &mut n).unwrap();
+    // Fitted here, so that only the thread's wake-up, not the fit's CPU time on a loaded
+    // host, stands between the scan's start and the fit's arrival.
+    let fitted = fit(&xs, &ys, m, RHO);
     let fitter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
-        tx.send(fit(&xs, &ys, m, RHO)).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        tx.send(fitted).unwrap();
     });
     // The raw scan alone would lower d over 500 passes of 40 000 windows and answer 99 (the
     // point at w = 100, 300 ms); the fit lands long before, mid-pass, and the scan goes on from
