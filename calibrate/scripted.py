@@ -2,9 +2,10 @@
 
 One run = one scheme, one run id, one fresh engine instance.  Per flow the first side starts at
 once on its own port; after `FIRST_SIDE_SETUP_S` (Pantheon's `run_first_setup_time`) the second
-sides start `interval` apart; everything stops `runtime` after the first second side (so flows
-of `-t 30 -f 3 --interval 10` are active ~30/20/10 s).  The run leaves Pantheon's files in the
-data dir: merged datalink/acklink logs, raw mm-link logs, the stats log; an experiment adds
+sides start `interval` apart, each at a start-up phase of its own (`START_PHASE_SPREAD_S`);
+everything stops `runtime` after the first second side (so flows of `-t 30 -f 3 --interval 10`
+are active ~30/20/10 s).  The run leaves Pantheon's files in the data dir: merged
+datalink/acklink logs, raw mm-link logs, the stats log; an experiment adds
 `pantheon_metadata.json` (written first, as test.py does) and `pantheon_perf.json` (valid runs).
 
 `run_scheme` is the unit a calibration's Ray task calls: a plain function of values, no
@@ -35,6 +36,15 @@ from calibrate.schemes import Scheme
 from calibrate.targets.model import Workload
 
 FIRST_SIDE_SETUP_S = 3.0  # test.py's run_first_setup_time
+# Pantheon's second side is a Python wrapper that the tunnel manager starts when test.py writes
+# its command; nothing aligns that start with mm-link's clock, and the interpreter's start-up
+# alone varies by milliseconds, so a flow's first packet meets the link's delivery schedule at
+# an arbitrary phase. The engine starts endpoints to a fraction of a millisecond, so each second
+# side is started up to this much later, uniformly: one 1500-byte packet's serialisation at
+# 1 Mbit/s, a whole period of the delivery schedule of any link at 1 Mbit/s or more. Without it
+# a port launched directly meets every run's schedule at the same phase, where the upstream's
+# wrapper did not (experiments/README.md, "koho_cc's first datagram").
+START_PHASE_SPREAD_S = 0.012
 MAX_RUNTIME_S = 60.0  # test.py: 0 < runtime <= 60
 BASE_PORT = 50000  # flow F listens on BASE_PORT + F; every engine has its own namespaces
 METADATA = "pantheon_metadata.json"
@@ -70,14 +80,16 @@ def stop_after_s(workload: Workload) -> float:
     return FIRST_SIDE_SETUP_S + workload.runtime_s
 
 
-def flow_endpoints(scheme: Scheme, workload: Workload) -> list[Endpoint]:
+def flow_endpoints(scheme: Scheme, workload: Workload, phase: random.Random) -> list[Endpoint]:
     """Per flow, the first side at t=0 on its own port and the second side at
-    3 s + (flow-1) x interval, connecting to $EMU_PEER on that port."""
+    3 s + (flow-1) x interval, plus a start-up phase drawn from `phase` (up to
+    START_PHASE_SPREAD_S), connecting to $EMU_PEER on that port."""
     endpoints = []
     for flow in range(1, workload.flows + 1):
         port = BASE_PORT + flow
         endpoints.append(Endpoint(scheme.run_first, scheme.command(scheme.run_first, port), 0.0))
-        start = FIRST_SIDE_SETUP_S + (flow - 1) * workload.interval_s
+        start = (FIRST_SIDE_SETUP_S + (flow - 1) * workload.interval_s
+                 + phase.uniform(0.0, START_PHASE_SPREAD_S))
         endpoints.append(Endpoint(scheme.run_second, scheme.command(scheme.run_second, port), start))
     return endpoints
 
@@ -173,7 +185,9 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         up, down = run.trace_paths(Path(workdir))
         config = replace(run, uplink_trace=up, downlink_trace=down)
         launched = dt.datetime.now(dt.UTC)
-        result = engine.run(config, flow_endpoints(scheme, workload), workdir=Path(workdir),
+        # The start-up phases are the run's, like its losses: a replicate draws its own.
+        endpoints = flow_endpoints(scheme, workload, random.Random(run.loss_seed))
+        result = engine.run(config, endpoints, workdir=Path(workdir),
                             stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
                             backend=backend, stop=stop)
         summary_file = Path(workdir) / "engine-summary.json"

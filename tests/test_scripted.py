@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from calibrate.emulator import EmulatorConfig
 from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
 from calibrate.schemes import load_registry
-from calibrate.scripted import Experiment, run_experiment, run_scheme
+from calibrate.scripted import START_PHASE_SPREAD_S, Experiment, flow_endpoints, run_experiment, run_scheme
 from calibrate.targets.load import load_target
 from calibrate.targets.model import Workload
 
@@ -215,6 +216,31 @@ def test_three_staggered_flows_are_active_for_30_20_and_10_s(tmp_path):
     assert "-- Total of 3 flows:" in text and "-- Flow 3:" in text
     perf = json.loads((tmp_path / "pantheon_perf.json").read_text())
     assert set(perf["cubic"]["1"]) == {"all", "1", "2", "3"}
+
+
+def test_each_second_side_starts_at_a_phase_of_its_own():
+    """Pantheon's wrappers start unaligned with the link's clock: every second side starts up
+    to one 1 Mbit/s packet time after its slot, drawn per run and per flow, the same again for
+    the same run's seed; the first sides start at once."""
+    registry = load_registry()
+    scheme = registry.resolve("koho_cc-2017")
+    workload = Workload(3, 10.0, 30.0, 1)
+
+    def offsets(seed: int) -> list[float]:
+        endpoints = flow_endpoints(scheme, workload, random.Random(seed))
+        assert [e.start_s for e in endpoints if e.side == scheme.run_first] == [0.0, 0.0, 0.0]
+        seconds = [e.start_s for e in endpoints if e.side == scheme.run_second]
+        # The engine's argument keeps the phase to 0.1 ms.
+        assert all(abs(float(e.argument().split("@")[1].split(":")[0]) - e.start_s) < 1e-4 for e in endpoints)
+        return [start - (3.0 + 10.0 * flow) for flow, start in enumerate(seconds)]
+
+    assert offsets(7) == offsets(7)
+    assert offsets(7) != offsets(8)
+    drawn = [o for seed in range(200) for o in offsets(seed)]
+    assert all(0.0 <= o < START_PHASE_SPREAD_S for o in drawn)
+    assert len(set(offsets(7))) == 3  # the flows' phases are independent
+    # Spread over the whole range: every 1 ms of it is hit.
+    assert {int(o * 1000) for o in drawn} == set(range(int(START_PHASE_SPREAD_S * 1000)))
 
 
 def test_emulate_warns_when_spinning_senders_outnumber_the_cores(tmp_path):

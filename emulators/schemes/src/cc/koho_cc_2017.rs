@@ -33,7 +33,12 @@
 //! `Reorder(1)` (every unacknowledged packet below the highest one acknowledged leaves the
 //! flight) and a loss timeout long enough never to fire, so that only ACKs and the 50 ms
 //! datagram move the window, as upstream. The extra datagram is a one-packet allowance
-//! above the packets in flight, granted by the timer and used by the next send.
+//! above the packets in flight, granted by the timer and used by the next send. The upstream
+//! sender has no handshake, so neither has the port (`starts_without_handshake`): its first
+//! 16 datagrams leave the moment it runs and meet the bottleneck's delivery schedule at the
+//! phase the start gives them. That phase decides the minimum skewed one-way delay, and
+//! with it whether the law settles at its floor on a slow link; after a handshake the first
+//! datagram was clocked by the reply and always met the schedule like later ones.
 
 use std::time::Duration;
 
@@ -176,6 +181,10 @@ impl Controller for KohoCc2017 {
 
     fn loss_timeout(&self) -> Option<Duration> {
         Some(NO_LOSS_TIMEOUT)
+    }
+
+    fn starts_without_handshake(&self) -> bool {
+        true
     }
 }
 

@@ -207,6 +207,16 @@ pub trait Controller: Send {
     fn acks_between_sends(&self) -> bool {
         false
     }
+    /// Whether the upstream program sent its first datagrams the moment it ran, with no
+    /// handshake (datagrump's sender: a window of 16 at once). The transport then skips its
+    /// own handshake too, so the first datagram meets the bottleneck at whatever phase the
+    /// program's start gives it, as the upstream's did, rather than clocked by the
+    /// handshake's reply like every later packet. That phase sets a minimum one-way delay
+    /// that a delay-based law keeps for the whole run (experiments/README.md, "koho_cc's
+    /// first datagram"). Default: handshake first.
+    fn starts_without_handshake(&self) -> bool {
+        false
+    }
     /// The local socket refused a DATA packet at `now` (its send buffer is full: EAGAIN or
     /// ENOBUFS). The transport tries again once there is room; a controller whose upstream
     /// program dropped the packet and reacted (verus: a loss) does so here. Default: nothing.

@@ -71,7 +71,7 @@ pub struct SenderCore {
 
 impl SenderCore {
     /// `packet_bytes` is the UDP payload of one DATA packet (what the window counts);
-    /// `initial_rtt` is the handshake RTT.
+    /// `initial_rtt` is the handshake RTT (or the sender's assumption where there was none).
     pub fn new(cc: Box<dyn Controller>, flow: u64, packet_bytes: u64, initial_rtt: Duration) -> Self {
         Self {
             pacer: cc.pacer(),

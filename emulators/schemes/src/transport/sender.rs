@@ -1,4 +1,5 @@
-//! The sending side in real time: handshake, then the event loop around [`SenderCore`].
+//! The sending side in real time: handshake (unless the controller starts blind), then the
+//! event loop around [`SenderCore`].
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -14,6 +15,9 @@ use crate::stats::Stats;
 
 /// HELLO is repeated this often until the receiver answers.
 const HELLO_INTERVAL: Duration = Duration::from_millis(200);
+/// SRTT assumed before the first ACK when there was no handshake to measure it: the loss
+/// timer's first deadline is then RFC 6298's initial 1 s (SRTT plus four times half of it).
+const BLIND_START_RTT: Duration = Duration::from_millis(333);
 /// Packets sent back to back before the loop drains ACKs again, so a long burst of
 /// pacing credit cannot starve ACK processing (one for a controller that reads its ACKs
 /// before every send: `Controller::acks_between_sends`).
@@ -127,7 +131,13 @@ fn send_to_peer(
 
     let start = Instant::now();
     let flow = new_flow_id();
-    let handshake_rtt = handshake(&sock, flow, start, connect_timeout, &peer)?;
+    // The receiver takes DATA from a flow it has not met, so a controller whose upstream
+    // started blind sends at once (the scripted runs start the receiver first).
+    let initial_rtt = if cc.starts_without_handshake() {
+        BLIND_START_RTT
+    } else {
+        handshake(&sock, flow, start, connect_timeout, &peer)?
+    };
 
     // The controller's own datagram size where its upstream program had one (never below the
     // DATA header); by default what fills one 1500-byte IP packet. A datagram larger than that
@@ -137,7 +147,7 @@ fn send_to_peer(
     let fill = data_payload_bytes(&peer);
     let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
     net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
-    let mut core = SenderCore::new(cc, flow, payload as u64, handshake_rtt);
+    let mut core = SenderCore::new(cc, flow, payload as u64, initial_rtt);
     let Pacer { busy_wait, whole_ms_poll, .. } = core.pacer();
     let send_batch = if core.controller().acks_between_sends() { 1 } else { MAX_SEND_BATCH };
     // Non-zero filler: nothing on the path should be able to compress the probe.
@@ -260,6 +270,7 @@ mod tests {
     struct Recorder {
         events: Arc<Mutex<Vec<char>>>,
         acks_between_sends: bool,
+        starts_without_handshake: bool,
     }
 
     impl Recorder {
@@ -298,6 +309,9 @@ mod tests {
         fn acks_between_sends(&self) -> bool {
             self.acks_between_sends
         }
+        fn starts_without_handshake(&self) -> bool {
+            self.starts_without_handshake
+        }
     }
 
     /// The events of a sender whose sixth packet is acknowledged while it is still sending it.
@@ -306,7 +320,7 @@ mod tests {
         receiver.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let peer = receiver.local_addr().unwrap();
         let events = Arc::new(Mutex::new(Vec::new()));
-        let cc = Box::new(Recorder { events: events.clone(), acks_between_sends });
+        let cc = Box::new(Recorder { events: events.clone(), acks_between_sends, starts_without_handshake: false });
         let stats = Arc::new(Stats::new("recorder", "sender", "bytes"));
         // The sender runs until the process ends; after its 200 packets it only waits.
         std::thread::spawn(move || run_sender(peer, cc, stats, Duration::from_secs(5)));
@@ -344,6 +358,41 @@ mod tests {
         // By default the ACK waits for the end of a batch of 32 sends.
         let log = events_with_an_ack_during_the_sixth_send(false);
         assert!(log.starts_with(&format!("{}A", "S".repeat(MAX_SEND_BATCH))), "{log}");
+    }
+
+    /// The datagrams a peer receives first from a sender with this controller, which never
+    /// gets an answer.
+    fn first_datagrams(starts_without_handshake: bool, count: usize) -> Vec<Packet> {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let peer = receiver.local_addr().unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let cc = Box::new(Recorder { events, acks_between_sends: false, starts_without_handshake });
+        let stats = Arc::new(Stats::new("recorder", "sender", "bytes"));
+        std::thread::spawn(move || run_sender(peer, cc, stats, Duration::from_secs(5)));
+        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        (0..count)
+            .map(|_| {
+                let (n, _) = receiver.recv_from(&mut buf).expect("the sender sent nothing within 5 s");
+                Packet::decode(&buf[..n]).expect("a datagram of the wire format")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_controller_whose_upstream_started_blind_sends_data_before_any_answer() {
+        // datagrump's sender (koho_cc-2017): DATA from the first datagram, in sequence, with
+        // no answer from the peer at all.
+        let seqs: Vec<u64> = first_datagrams(true, 16)
+            .into_iter()
+            .map(|p| match p {
+                Packet::Data { seq, .. } => seq,
+                other => panic!("expected DATA only, got {other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs, (0..16).collect::<Vec<u64>>());
+        // By default nothing but HELLO until the receiver answers.
+        assert!(first_datagrams(false, 2).iter().all(|p| matches!(p, Packet::Hello { .. })));
     }
 
     #[test]
