@@ -588,11 +588,14 @@ fn a_fit_that_lands_mid_scan_serves_from_the_window_the_scan_reached() {
     });
     // The raw scan alone would lower d over 500 passes of 40 000 windows and answer 99 (the
     // point at w = 100, 300 ms); the fit lands long before, mid-pass, and the scan goes on from
-    // there with the fitted line, which lies above d from w ≈ 600 on.
+    // there with the fitted line, which lies above d from w ≈ 600 on in the first pass. Each
+    // pass lowers d by 2 ms and that window by one, so where the thread's wake-up is late on a
+    // loaded host (it once landed in the sixth pass: 594) the answer is a little lower; it stays
+    // far above the raw 99 unless the fit missed hundreds of passes.
     let w = v.window_of_delay(ms(1), 1300.0).unwrap();
     fitter.join().unwrap();
     assert!(v.profile().is_some(), "the fit was taken during the scan");
-    assert!(w >= 599.0, "window {w}: the scan's position or the fit's own window, never the raw 99");
+    assert!(w >= 400.0, "window {w}: the scan's position or the fit's own window, never the raw 99");
     assert!(!v.in_slow_start() && v.restarts() == 0);
 }
 
