@@ -567,21 +567,24 @@ def with_fidelity(text: str, fidelities: Mapping[str, Mapping[str, object]]) -> 
 
 def write_fidelity(fidelities: dict[str, dict[str, object]], path: Path = REGISTRY_JSON) -> None:
     """Writes `fidelities` into the registry file, keeping what this invocation did not measure:
-    an earlier matrix fidelity of a port it scored only on the known emulator, and the earlier
-    known-emulator numbers of a port it scored only on the matrix (`--skip-known`)."""
+    the earlier matrix fidelity of a port it scored only on the known emulator (with the new
+    known-emulator numbers beside it), and the earlier known-emulator numbers of a port it
+    scored only on the matrix (`--skip-known`)."""
     text = path.read_text()
     earlier = {e["name"]: e.get("fidelity") or {} for e in json.loads(text)["schemes"]}
-    keep = [n for n, f in fidelities.items() if "rows" not in f and "rows" in earlier.get(n, {})]
-    for name in keep:
-        print(f"{name}: kept its earlier fidelity against its upstream build (this run scored it only on the "
-              "known emulator; run the matrix for it)", file=sys.stderr)
-    new = {n: f for n, f in fidelities.items() if n not in keep}
-    for name, f in new.items():
-        known = earlier.get(name, {}).get("known_emulator")
-        if "rows" in f and "known_emulator" not in f and known is not None:
-            new[name] = {**f, "known_emulator": known}
+    new: dict[str, dict[str, object]] = {}
+    for name, f in fidelities.items():
+        before = earlier.get(name, {})
+        if "rows" not in f and "rows" in before:
+            new[name] = {**before, "known_emulator": f["known_emulator"]} if "known_emulator" in f else before
+            print(f"{name}: kept its earlier fidelity against its upstream build, with this run's known-emulator "
+                  "numbers (this run scored it only on the known emulator; run the matrix for it)", file=sys.stderr)
+        elif "rows" in f and "known_emulator" not in f and "known_emulator" in before:
+            new[name] = {**f, "known_emulator": before["known_emulator"]}
             print(f"{name}: kept its earlier known-emulator numbers (this run did not score it there)",
                   file=sys.stderr)
+        else:
+            new[name] = f
     if new:
         path.write_text(with_fidelity(text, new))
     print(f"fidelity written to {path}: {', '.join(new) or 'none'}")

@@ -230,11 +230,18 @@ def test_fidelity_goes_into_a_copy_of_the_registry_touching_nothing_else(bench, 
     assert again.count('"fidelity"') == text.count('"fidelity"') == len(f) + original.count('"fidelity"')
     assert json.loads(again)["schemes"] and "faithful\": false" in next(
         line for line in again.splitlines() if "reference build of copa" in line)
-    # the file writer keeps an earlier matrix fidelity of a port scored only on the known emulator
+    # the file writer keeps an earlier matrix fidelity of a port scored only on the known emulator,
+    # with that run's known-emulator numbers beside it
     copy = tmp_path / "schemes.json"
     copy.write_text(text)
     bench.write_fidelity({"copa-2017": {"against": bench.KNOWN_AGAINST, "faithful": True}}, copy)
     assert copy.read_text() == text
+    measured_again = {"tput_pct": 3.1, "p95_pct": -4.2}
+    bench.write_fidelity({"copa-2017": {"against": bench.KNOWN_AGAINST, "faithful": True,
+                                        "known_emulator": measured_again}}, copy)
+    copa = next(e for e in json.loads(copy.read_text())["schemes"] if e["name"] == "copa-2017")
+    assert copa["fidelity"] == {**f["copa-2017"], "known_emulator": measured_again}
+    copy.write_text(text)
     bench.write_fidelity({"vegas-2017": {"against": bench.KNOWN_AGAINST, "faithful": True}}, copy)
     assert json.loads(copy.read_text())["schemes"][-1] == json.loads(text)["schemes"][-1]
     vegas = next(e for e in json.loads(copy.read_text())["schemes"] if e["name"] == "vegas-2017")
