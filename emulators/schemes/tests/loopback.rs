@@ -114,8 +114,17 @@ fn quic_schemes_move_data() {
 
 #[test]
 fn udp_schemes_move_data() {
-    for scheme in ["udp-vegas", "udp-copa", "udp-ledbat", "udp-saturator", "sprout-2017", "verus-2017", "koho_cc-2017"]
-    {
+    for scheme in [
+        "udp-vegas",
+        "udp-copa",
+        "udp-ledbat",
+        "udp-saturator",
+        "sprout-2017",
+        "verus-2017",
+        "koho_cc-2017",
+        "saturator-2017",
+        "greg_saturator-2017",
+    ] {
         let bytes = run_pair(scheme, 1.5, false);
         assert!(bytes > MIN_BYTES, "{scheme}: {bytes} bytes");
     }

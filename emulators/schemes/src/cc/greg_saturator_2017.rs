@@ -25,6 +25,8 @@
 //! * Timeout: when 1.5 s pass with no ACK and no send (the upstream `poll` timeout of
 //!   `timeout_ms` = 1500), one datagram is sent whatever the window (it joins the outstanding
 //!   list); then the 1.5 s start again.
+//! * No handshake: the first two datagrams leave the moment the sender runs, as the shared
+//!   sourdough sender's did (`starts_without_handshake`, as [`super::saturator_2017`]).
 //! * 1436-byte datagrams (48-byte header + 1388-byte payload), no pacing, no retransmission
 //!   timeout ([`super::saturator_2017::NO_TIMEOUT`] for the transport's own).
 //!
@@ -203,6 +205,10 @@ impl Controller for GregSaturator2017 {
 
     fn loss_timeout(&self) -> Option<Duration> {
         Some(NO_TIMEOUT)
+    }
+
+    fn starts_without_handshake(&self) -> bool {
+        true
     }
 }
 

@@ -208,10 +208,11 @@ pub trait Controller: Send {
         false
     }
     /// Whether the upstream program sent its first datagrams the moment it ran, with no
-    /// handshake (datagrump's sender: a window of 16 at once). The transport then skips its
-    /// own handshake too, so the first datagram meets the bottleneck at whatever phase the
-    /// program's start gives it, as the upstream's did, rather than clocked by the
-    /// handshake's reply like every later packet. That phase sets a minimum one-way delay
+    /// handshake (the datagrump contest's sourdough sender, under koho_cc and both 2017
+    /// saturators: their first window at once). The transport then skips its own handshake
+    /// too, so the first datagram meets the bottleneck at whatever phase the program's start
+    /// gives it, as the upstream's did, rather than clocked by the handshake's reply like
+    /// every later packet. That phase sets a minimum one-way delay
     /// that a delay-based law keeps for the whole run (experiments/README.md, "koho_cc's
     /// first datagram"). Default: handshake first.
     fn starts_without_handshake(&self) -> bool {

@@ -19,6 +19,10 @@
 //! * No timer and no idle timeout (`timer_period` 0, `timeout_ms` -1): if every outstanding
 //!   datagram were lost the upstream sender would wait for ever, and so does this port (the
 //!   transport's own loss timeout is set out of reach, [`NO_TIMEOUT`]).
+//! * No handshake: the shared sourdough sender (`src/sender.cc`, the datagrump contest's) sends
+//!   its first window the moment it runs, to a receiver that answers whatever arrives; so does
+//!   the port (`starts_without_handshake`), and its first 20 datagrams meet the bottleneck at
+//!   the phase the start gives them.
 //! * Datagrams carry a 48-byte header (six 64-bit fields) and a 1388-byte payload: 1436 bytes
 //!   of UDP payload ([`DATAGRAM_BYTES`]). The upstream receiver answers every datagram at once
 //!   with a 48-byte ACK echoing the sequence number and send time; ours acks every packet
@@ -182,6 +186,10 @@ impl Controller for Saturator2017 {
 
     fn loss_timeout(&self) -> Option<Duration> {
         Some(NO_TIMEOUT)
+    }
+
+    fn starts_without_handshake(&self) -> bool {
+        true
     }
 }
 

@@ -14,7 +14,8 @@
 //! within the connect timeout. For a sender-first scheme (verus-2017) the sender listens
 //! instead ([`run_sender_listening`]) and the receiver repeats a wake-up HELLO to it
 //! ([`run_receiver_connecting`]); the handshake after that is the same. A controller whose
-//! upstream sent data with no handshake at all (koho_cc-2017) skips it
+//! upstream sent data with no handshake at all (the 2017 programs on the datagrump contest's
+//! sourdough sender: koho_cc, saturator, greg_saturator) skips it
 //! (`Controller::starts_without_handshake`): the receiver takes DATA from a flow it has not
 //! met, and must already be listening, as Pantheon's receiver-first wrappers guarantee.
 
