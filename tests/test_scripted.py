@@ -17,7 +17,14 @@ import pytest
 from calibrate.emulator import EmulatorConfig
 from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
 from calibrate.schemes import load_registry
-from calibrate.scripted import START_PHASE_SPREAD_S, Experiment, flow_endpoints, run_experiment, run_scheme
+from calibrate.scripted import (
+    FIRST_SIDE_SETUP_S,
+    START_PHASE_SPREAD_S,
+    Experiment,
+    flow_endpoints,
+    run_experiment,
+    run_scheme,
+)
 from calibrate.targets.load import load_target
 from calibrate.targets.model import Workload
 
@@ -232,7 +239,7 @@ def test_each_second_side_starts_at_a_phase_of_its_own():
         seconds = [e.start_s for e in endpoints if e.side == scheme.run_second]
         # The engine's argument keeps the phase to 0.1 ms.
         assert all(abs(float(e.argument().split("@")[1].split(":")[0]) - e.start_s) < 1e-4 for e in endpoints)
-        return [start - (3.0 + 10.0 * flow) for flow, start in enumerate(seconds)]
+        return [start - (FIRST_SIDE_SETUP_S + workload.interval_s * flow) for flow, start in enumerate(seconds)]
 
     assert offsets(7) == offsets(7)
     assert offsets(7) != offsets(8)
