@@ -576,9 +576,11 @@ def write_fidelity(fidelities: dict[str, dict[str, object]], path: Path = REGIST
     for name, f in fidelities.items():
         before = earlier.get(name, {})
         if "rows" not in f and "rows" in before:
-            new[name] = {**before, "known_emulator": f["known_emulator"]} if "known_emulator" in f else before
-            print(f"{name}: kept its earlier fidelity against its upstream build, with this run's known-emulator "
-                  "numbers (this run scored it only on the known emulator; run the matrix for it)", file=sys.stderr)
+            known = {"known_emulator": f["known_emulator"]} if "known_emulator" in f else {}
+            new[name] = {**before, **known}
+            beside = ", with this run's known-emulator numbers" if known else ""
+            print(f"{name}: kept its earlier fidelity against its upstream build{beside} (this run scored it only on "
+                  "the known emulator; run the matrix for it)", file=sys.stderr)
         elif "rows" in f and "known_emulator" not in f and "known_emulator" in before:
             new[name] = {**f, "known_emulator": before["known_emulator"]}
             print(f"{name}: kept its earlier known-emulator numbers (this run did not score it there)",

@@ -212,9 +212,9 @@ pub trait Controller: Send {
     /// saturators: their first window at once). The transport then skips its own handshake
     /// too, so the first datagram meets the bottleneck at whatever phase the program's start
     /// gives it, as the upstream's did, rather than clocked by the handshake's reply like
-    /// every later packet. That phase sets a minimum one-way delay
-    /// that a delay-based law keeps for the whole run (experiments/README.md, "koho_cc's
-    /// first datagram"). Default: handshake first.
+    /// every later packet. That phase sets a minimum one-way delay that a delay-based law
+    /// keeps for the whole run (experiments/README.md, "koho_cc's first datagram"). Default:
+    /// handshake first.
     fn starts_without_handshake(&self) -> bool {
         false
     }
