@@ -5,8 +5,9 @@ For every row of the matrix and every Pantheon label (saturator, greg_saturator,
 ledbat, pcc by default) it runs the UPSTREAM build and OUR PORT over the same engine emulator,
 alternating (which side goes first alternates per replicate), `--replicates` times each, in
 Pantheon-style runs (`calibrate.scripted.run_scheme`: throughput, mean and p95 one-way delay,
-loss). A replicate's two runs share the emulator's traces and loss draws (loss seed
-`--seed`·1000 + replicate), so the pair differs only in the scheme. Per row and label it prints
+loss). A replicate's two runs share the emulator's traces, loss draws and start-up phase, so the
+pair differs only in the scheme; each replicate draws its own (`replicate_emulator`: a Poisson
+row's traces too, so the replicates of a side sample the row's link, not one trace). Per row and label it prints
 both sides' means, the upstream's own run-to-run spread (the standard deviation of its
 replicates), the deltas and whether the row passes:
 
@@ -325,6 +326,16 @@ def engine_build() -> str:
     return hashlib.sha256(binaries.find(binaries.LINK).read_bytes()).hexdigest()[:12]
 
 
+def replicate_emulator(emulator: EmulatorConfig, seed: int, replicate: int) -> EmulatorConfig:
+    """Replicate N's emulator, the same for both sides: Poisson traces of its own (trace seed
+    seed·1000 + N), and with them its own losses and start-up phase (`EmulatorConfig.for_run`).
+    With one trace for every replicate a side's runs met the same few opportunities at their
+    start, so a start-up decided by them (taova-2018 at 6/150 Poisson: its first two datagrams
+    delivered in one millisecond or not) came out alike in every run of a side, and a pair
+    compared one draw of the trace rather than the schemes (experiments/README)."""
+    return replace(emulator, trace_seed=seed * 1000 + replicate)
+
+
 @dataclass(frozen=True)
 class Job:
     """One (emulator, label) pair of the benchmark: both sides, `replicates` runs each."""
@@ -352,13 +363,15 @@ class Runner:
     def run(self, job: Job, scratch: Path) -> None:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
+            emulator = replicate_emulator(job.emulator, self.args.seed, replicate)
             for side, scheme in sides:
                 keep_as = (self.args.keep_logs / re.sub(r"[^A-Za-z0-9.]+", "_", f"{job.bench} {job.row}")
                            / f"{job.label}-{side}-{replicate}" if self.args.keep_logs else None)
-                m = measure(job.emulator, scheme, replicate, job.workload, self.backend, scratch, keep_as)
+                m = measure(emulator, scheme, replicate, job.workload, self.backend, scratch, keep_as)
                 self.records.append({"bench": job.bench, "row": job.row, "label": job.label, "side": side,
                                      "scheme": scheme.name, "source": scheme.description, "replicate": replicate,
                                      "runtime": job.workload.runtime_s, "flows": job.workload.flows,
+                                     "trace_seed": emulator.trace_seed,
                                      "date": dt.date.today().isoformat(), "build": self.build, **m})
                 self.done += 1
                 self.progress(job, side, scheme, replicate, m)
@@ -694,8 +707,9 @@ def main() -> int:
     parser.add_argument("--known-only", action="store_true", help="only the known emulator")
     parser.add_argument("--skip-known", action="store_true", help="only the matrix")
     parser.add_argument("--seed", type=int,
-                        help="Poisson traces come from it, and replicate N's losses from seed·1000 + N, the same "
-                             "for both sides (default: a fresh one per invocation, printed)")
+                        help="replicate N's Poisson traces come from seed·1000 + N, and its losses and "
+                             "start-up phase from those, the same for both sides (default: a fresh one per "
+                             "invocation, printed)")
     parser.add_argument("--realtime-priority", type=int, metavar="N",
                         help="SCHED_FIFO priority of the engine (default: calibrate-link's)")
     parser.add_argument("--write-fidelity", action="store_true",

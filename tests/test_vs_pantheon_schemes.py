@@ -40,6 +40,22 @@ def test_the_matrix_spans_the_issues_minimum(bench):
     assert emulator.trace_seed == 7
 
 
+def test_each_replicate_draws_its_own_poisson_traces_losses_and_phase(bench):
+    """A replicate's emulator is the same for both sides and differs from every other
+    replicate's: its Poisson opportunities, its loss seed (and so its start-up phase)."""
+    from calibrate import trace
+
+    row = next(r for r in bench.MATRIX if r.name == "6/150/inf/0% poisson")
+    base = row.emulator(42)
+    one, two = (bench.replicate_emulator(base, 42, n) for n in (1, 2))
+    assert one == bench.replicate_emulator(base, 42, 1)
+    assert one.trace_seed != two.trace_seed
+    assert one.for_run(1).loss_seed != two.for_run(2).loss_seed
+    first, second = (trace.poisson(row.rate, e.trace_seed)[:50] for e in (one, two))
+    assert not (first == second).all()
+    assert (one.rate_mbps, one.delay_ms, one.link, one.queue) == (base.rate_mbps, base.delay_ms, base.link, base.queue)
+
+
 def test_rows_are_picked_by_name_prefix_or_quick(bench):
     assert [r.name for r in bench.select_rows(None, quick=True)] == list(bench.QUICK)
     assert len(bench.select_rows(None)) == len(bench.MATRIX)

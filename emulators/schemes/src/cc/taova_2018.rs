@@ -38,8 +38,9 @@
 //!   their late ACKs still feed the memory.
 //! * **Packets**: 1440-byte UDP payloads (`packet_size`, ctcp.hh).
 //!
-//! Port decisions: upstream's handshake only delays the start (RemyCC ignores its RTT), so
-//! the first window leaves at once. The first ACK is recognised by a flag, where upstream
+//! Port decisions: the first window leaves when the transport's handshake is answered, one
+//! round trip after the start, as upstream's leaves after its `tcp_handshake` (RemyCC ignores
+//! the handshake's RTT). The first ACK is recognised by a flag, where upstream
 //! tests for a recorded send time of exactly 0 (which its clock never gives). A memory that
 //! no rule holds makes upstream exit; the port keeps the last action. The receiver's
 //! timestamp is the transport's `sent_at + one_way_delay` (the receiver's clock, offset by
