@@ -7,9 +7,9 @@ alternating (which side goes first alternates per replicate), `--replicates` tim
 Pantheon-style runs (`calibrate.scripted.run_scheme`: throughput, mean and p95 one-way delay,
 loss). A replicate's two runs share the emulator's traces, loss draws and start-up phase, so the
 pair differs only in the scheme; each replicate draws its own (`replicate_emulator`: a Poisson
-row's traces too, so the replicates of a side sample the row's link, not one trace). Per row and label it prints
-both sides' means, the upstream's own run-to-run spread (the standard deviation of its
-replicates), the deltas and whether the row passes:
+row's traces too, so the replicates of a side sample the row's link, not one trace). Per row and
+label it prints both sides' means, the upstream's own run-to-run spread (the standard deviation
+of its replicates), the deltas and whether the row passes:
 
     |Δ throughput| ≤ 5 %   and   |Δ p95| ≤ 5 ms,   or each Δ within the upstream's own spread
 
@@ -326,14 +326,15 @@ def engine_build() -> str:
     return hashlib.sha256(binaries.find(binaries.LINK).read_bytes()).hexdigest()[:12]
 
 
-def replicate_emulator(emulator: EmulatorConfig, seed: int, replicate: int) -> EmulatorConfig:
-    """Replicate N's emulator, the same for both sides: Poisson traces of its own (trace seed
-    seed·1000 + N), and with them its own losses and start-up phase (`EmulatorConfig.for_run`).
-    With one trace for every replicate a side's runs met the same few opportunities at their
-    start, so a start-up decided by them (taova-2018 at 6/150 Poisson: its first two datagrams
-    delivered in one millisecond or not) came out alike in every run of a side, and a pair
-    compared one draw of the trace rather than the schemes (experiments/README)."""
-    return replace(emulator, trace_seed=seed * 1000 + replicate)
+def replicate_emulator(emulator: EmulatorConfig, replicate: int) -> EmulatorConfig:
+    """Replicate N's emulator, the same for both sides: Poisson traces of its own, from the seed
+    `EmulatorConfig.for_run` gives run N (the row's seed·1000 + N), and with them its own losses
+    and start-up phase. With one trace for every replicate a side's runs met the same few
+    opportunities at their start, so a start-up decided by them (taova-2018 at 6/150 Poisson:
+    its first two datagrams delivered in one millisecond or not) came out alike in every run of
+    a side, and a pair compared one draw of the trace rather than the schemes
+    (experiments/README)."""
+    return replace(emulator, trace_seed=emulator.for_run(replicate).loss_seed)
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ class Runner:
     def run(self, job: Job, scratch: Path) -> None:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
-            emulator = replicate_emulator(job.emulator, self.args.seed, replicate)
+            emulator = replicate_emulator(job.emulator, replicate)
             for side, scheme in sides:
                 keep_as = (self.args.keep_logs / re.sub(r"[^A-Za-z0-9.]+", "_", f"{job.bench} {job.row}")
                            / f"{job.label}-{side}-{replicate}" if self.args.keep_logs else None)
