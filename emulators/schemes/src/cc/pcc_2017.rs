@@ -117,6 +117,18 @@ impl Rng {
     }
 }
 
+/// A coin toss, `rand() % 2 == 1` upstream: the PCC senders' random probe orders. Tests give
+/// the tosses an upstream binary made.
+pub trait Coin {
+    fn flip(&mut self) -> bool;
+}
+
+impl Coin for Rng {
+    fn flip(&mut self) -> bool {
+        self.below(2) == 1
+    }
+}
+
 /// UDT's receiver ACK timer as the sender sees it, and the ACK2s the sender owes for it: the
 /// receiver sends a full ACK when its 10 ms ACK timer has run out and data arrived since
 /// (`CUDT::checkTimers`), and the sender answers each at once with an ACK2 (`CUDT::processCtrl`

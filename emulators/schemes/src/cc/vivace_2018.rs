@@ -37,8 +37,11 @@
 //!   multiple of 0.02 by 32-bit integer casts (so NaN and huge slopes read as −21 474 836.48,
 //!   as the x86 conversion gives).
 //! * Start: rate 0.8 → base 1.6, doubling once per MI that ends no worse than the one
-//!   before; the first that is worse halves the base and starts probing. While starting, the
-//!   first 50 losses are forgiven (the count never goes down unless an MI loses more).
+//!   before; the first that is worse halves the base and starts probing. Loss and RTT slope
+//!   count from the first MI: the source forgives the first 50 losses while starting (and
+//!   reads slopes within ±0.2 as 0 then), but the binary's `onMonitorEnds` passes its
+//!   arguments straight to `utility` (its line table jumps from the `timeout_immune_monitor`
+//!   reset to the loss rate; `loss_ignore_count` is set to 50 and never read).
 //! * Probing (`search`): 2 MIs (4 while no trend) at `base ± max(0.05·base, 0.5)` in
 //!   random order per pair, then a reference MI at the base. When all probes ended, each
 //!   pair votes for the side of its higher utility (probes' utilities recomputed with the
@@ -65,7 +68,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::pcc_2017::{Ack2Clock, MiRanges, Rng, UDT_PACER};
+use super::pcc_2017::{Ack2Clock, Coin, MiRanges, Rng, UDT_PACER};
 use super::{AckEvent, Controller, LossEvent, Pacer};
 
 /// The binary's packet size (`PCC::kPacketSize`): one IP packet, headers included.
@@ -193,7 +196,6 @@ pub struct Vivace {
     swing_buffer: f64,
     trend_count: i32,
     double_check: i32,
-    loss_ignore_count: i64,
     last_stop_monitor: i32,
     /// The gradient `decide` last computed (`prev_gradiants_`, of which it uses the newest).
     pub last_gradient: f64,
@@ -227,7 +229,6 @@ impl Vivace {
             swing_buffer: 0.0,
             trend_count: 0,
             double_check: 1,
-            loss_ignore_count: 50,
             last_stop_monitor: -1,
             last_gradient: 0.0,
         }
@@ -252,11 +253,11 @@ impl Vivace {
     }
 
     /// `search`: lay out the next probes, starting with MI `current`.
-    fn search(&mut self, current: i32, rng: &mut Rng) {
+    fn search(&mut self, current: i32, coin: &mut impl Coin) {
         self.number_of_probes = if self.trend_count >= 1 { 2 } else { 4 };
         let spread = self.k_delta();
         for i in 0..self.number_of_probes / 2 {
-            let mut dir = (rng.below(2) * 2) as f64 - 1.0;
+            let mut dir = if coin.flip() { 1.0 } else { -1.0 };
             for j in 0..2 {
                 let rate = if spread * self.base_rate > 0.1 {
                     (1.0 + dir * spread) * self.base_rate
@@ -275,7 +276,7 @@ impl Vivace {
     }
 
     /// `onMonitorStart`: MI `current` begins.
-    pub fn on_monitor_start(&mut self, current: i32, rng: &mut Rng) {
+    pub fn on_monitor_start(&mut self, current: i32, coin: &mut impl Coin) {
         loop {
             let old = self.state;
             match self.state {
@@ -290,7 +291,7 @@ impl Vivace {
                 State::Search => {
                     self.base_rate = self.base_rate.max(MIN_RATE);
                     self.state = State::Recording;
-                    self.search(current, rng);
+                    self.search(current, coin);
                     self.guess_time = 0;
                 }
                 State::Recording => {
@@ -501,26 +502,8 @@ impl Vivace {
     /// `onMonitorEnds`.
     pub fn on_monitor_end(&mut self, end: &MiEnd) {
         let total = end.total as f64;
-        let mut loss = end.loss;
-        let mut latency_info = end.latency_info;
-        let near_zero = |x: f64| x > -0.2 && x < 0.2;
-        if self.state == State::Start {
-            if self.loss_ignore_count >= loss {
-                if near_zero(latency_info) {
-                    latency_info = 0.0;
-                }
-                // (sic: the count is reduced by the loss just zeroed, so by nothing)
-                loss = 0;
-                self.loss_ignore_count -= loss;
-            } else {
-                if self.loss_ignore_count > 0 && near_zero(latency_info) {
-                    latency_info = 0.0;
-                }
-                loss -= self.loss_ignore_count;
-                self.loss_ignore_count = 0;
-            }
-        }
-        let loss = loss as f64;
+        let latency_info = end.latency_info;
+        let loss = end.loss as f64;
         let loss_rate = loss / total;
         let u = utility(total, loss, end.secs, latency_info);
         let side = Side { rate: 0.0, utility: u, monitor: end.monitor, ready: true, loss_rate, loss, total };
@@ -1021,5 +1004,114 @@ mod tests {
         let out = run(Box::new(Vivace2018::with_seed(5)), &link, Duration::from_secs(20));
         let per_s = (out.control_delivered + out.control_dropped) as f64 / 20.0;
         assert!((40.0..=100.0).contains(&per_s), "{per_s} ACK2/s");
+    }
+
+    /// The binary's probe orders, one per pair as the trace gives them.
+    impl Coin for VecDeque<bool> {
+        fn flip(&mut self) -> bool {
+            self.pop_front().expect("the trace gives every pair's order")
+        }
+    }
+
+    /// Feeds a trace of the binary's calls to the law; the first mismatches, as text.
+    fn replay(trace: &str) -> Vec<String> {
+        const FIELDS: [&str; 19] = [
+            "state",
+            "base_rate",
+            "rate",
+            "amplifier",
+            "boundary_amplifier",
+            "probe_amplifier",
+            "trend_count",
+            "swing_buffer",
+            "prev_change",
+            "number_of_probes",
+            "guess_time",
+            "monitor_in_start_phase",
+            "double_check",
+            "last_stop_monitor",
+            "last_utility",
+            "reference.rate",
+            "reference.monitor",
+            "target.rate",
+            "target.monitor",
+        ];
+        let mut law = Vivace::new();
+        let mut orders = VecDeque::new();
+        let mut mismatches = Vec::new();
+        for (n, line) in trace.lines().enumerate().filter(|(_, l)| !l.starts_with('#')) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let num = |i: usize| -> f64 { f[i].parse().unwrap() };
+            let after = if f[0] == "S" {
+                orders.extend(f[2].chars().filter(|&c| c != '-').map(|c| c == '1'));
+                law.on_monitor_start(num(1) as i32, &mut orders);
+                3
+            } else {
+                law.on_monitor_end(&MiEnd {
+                    total: num(1) as u32,
+                    loss: num(2) as i64,
+                    secs: num(3),
+                    current: num(4) as i32,
+                    monitor: num(5) as i32,
+                    rtt_us: num(6),
+                    latency_info: num(7),
+                });
+                8
+            };
+            let state = match law.state {
+                State::Start => 0.0,
+                State::Search => 1.0,
+                State::Recording => 2.0,
+                State::Moving => 3.0,
+            };
+            let ours = [
+                state,
+                law.base_rate,
+                law.rate,
+                law.amplifier,
+                law.boundary_amplifier,
+                f64::from(law.probe_amplifier),
+                f64::from(law.trend_count),
+                law.swing_buffer,
+                law.prev_change,
+                law.number_of_probes as f64,
+                law.guess_time as f64,
+                f64::from(law.monitor_in_start_phase),
+                f64::from(law.double_check),
+                f64::from(law.last_stop_monitor),
+                law.last_utility,
+                law.reference.rate,
+                f64::from(law.reference.monitor),
+                law.target.rate,
+                f64::from(law.target.monitor),
+            ];
+            for (i, (name, ours)) in FIELDS.iter().zip(ours).enumerate() {
+                let theirs = num(after + i);
+                // The binary keeps utilities in x87 long doubles, the port in f64.
+                if (ours - theirs).abs() > 1e-9 * theirs.abs().max(1.0) {
+                    mismatches.push(format!("line {}: {name} {ours} (binary {theirs})", n + 1));
+                }
+            }
+            if mismatches.len() >= 10 {
+                break;
+            }
+        }
+        mismatches
+    }
+
+    #[test]
+    fn the_law_replays_the_binarys_monitor_trace() {
+        for (row, trace) in [
+            (
+                "12/40/100/1% Poisson",
+                include_str!("../../data/vivace-2baf862/monitor-trace-12-40-100-1pct-poisson.txt"),
+            ),
+            ("24/50/60/0.5%", include_str!("../../data/vivace-2baf862/monitor-trace-24-50-60-0.5pct.txt")),
+            ("6/150/inf Poisson", include_str!("../../data/vivace-2baf862/monitor-trace-6-150-inf-poisson.txt")),
+        ] {
+            assert!(trace.lines().filter(|l| !l.starts_with('#')).count() > 100, "{row}: a short trace");
+            let mismatches = replay(trace);
+            assert!(mismatches.is_empty(), "{row}:\n{}", mismatches.join("\n"));
+        }
     }
 }
