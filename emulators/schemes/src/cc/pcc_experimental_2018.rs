@@ -58,11 +58,18 @@
 //! and pacing on the wire. Each 100 000-byte `UDT::send` of pccclient ends in a 992-byte
 //! packet (every 69th); the port's are all full-size. `rand()` comes from a seeded generator
 //! ([`Rng`], shared with pcc-2017).
+//!
+//! **Precision.** The law computes in the binary's precision: `float` steps and utilities,
+//! `double` rates multiplied by `float` factors or by `double` reciprocals (a probe and its
+//! undoing do not give back the same rate, and two such "equal" rates give a gradient rather than
+//! the minimum step, as upstream's do). Checked call by call: gdb traces of the reference
+//! build's `PccSender` (`experiments/pcc_experimental_trace.py`, test data in
+//! `data/pcc-uspace-cd43e34`) replay in [`PccSender`] with every field bit for bit equal.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::pcc_2017::Rng;
+use super::pcc_2017::{Coin, Rng};
 use super::vivace_2018::trunc_i32 as x86_trunc;
 use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
@@ -77,11 +84,16 @@ pub const UDT_PAYLOAD_BYTES: i64 = PAYLOAD_BYTES as i64 - 16;
 pub const MEGABIT: f64 = 1_048_576.0;
 /// `PccSender(10000, 10, 10)` in `CUDT::CUDT`: 10 packets of 1400 bytes per 10 ms.
 pub const INITIAL_RATE_BPS: f64 = 10.0 * 1400.0 * 8.0 * 1_000_000.0 / 10_000.0;
+/// The utility's exponent (`kExponent`, a `float`).
+const EXPONENT: f32 = 0.9;
 pub const MIN_SENDING_RATE_BPS: f64 = 2.0 * MEGABIT;
 pub const MIN_RATE_CHANGE_BPS: f64 = 524_288.0;
-pub const PROBING_STEP: f64 = 0.05;
-pub const DECISION_MADE_STEP: f64 = 0.02;
-pub const MAX_DECISION_MADE_STEP: f64 = 0.10;
+/// The rate steps are C++ `float`s, and so are `1 ± step`; the rate is a `double` multiplied by
+/// that float or by the `double` `1.0 / (1 ± step)`, so a probe and its undoing leave the last
+/// bits changed, as upstream's do (two "equal" rates then give a gradient, not the minimum step).
+pub const PROBING_STEP: f32 = 0.05;
+pub const DECISION_MADE_STEP: f32 = 0.02;
+pub const MAX_DECISION_MADE_STEP: f32 = 0.10;
 /// Useful MIs per probing round: two groups of two.
 pub const PROBING_INTERVALS: usize = 4;
 pub const RTT_TOLERANCE_STARTING: f32 = 0.3;
@@ -160,7 +172,10 @@ impl MonitorInterval {
 }
 
 /// The utility of an MI (`CalculateUtility` without `QUIC_PORT`); None where its first and
-/// last sends share a µs.
+/// last sends share a µs. Each step in the precision the binary computes it (its code, not
+/// just the source's types: `pow(x, 0.9f)` is glibc's double `pow` of the float rate in Mbit,
+/// `pow(penalty, 1)` folds to the float penalty, and the loss term is `(1.0f + loss) − 1.0` in
+/// double), so that the gradients of nearly equal utilities come out as upstream's.
 pub fn utility(mi: &MonitorInterval) -> Option<f32> {
     if mi.last_sent == mi.first_sent {
         return None;
@@ -170,7 +185,8 @@ pub fn utility(mi: &MonitorInterval) -> Option<f32> {
     let bytes_lost = mi.bytes_lost as f32;
     let bytes_sent = mi.bytes_sent as f32;
     let rate_bps = bytes_sent * 8.0 / secs;
-    let sending_factor = (f64::from(rate_bps) / MEGABIT).powf(0.9) as f32;
+    let rate_mbit = rate_bps / MEGABIT as f32;
+    let sending_factor = f64::from(rate_mbit).powf(f64::from(EXPONENT)) as f32;
     let half = mi.rtt_samples.len() / 2;
     let (mut first, mut second) = (0f32, 0f32);
     for i in 0..half {
@@ -179,13 +195,13 @@ pub fn utility(mi: &MonitorInterval) -> Option<f32> {
     }
     let inflation = (2.0 * f64::from(second - first) / f64::from(first + second)) as f32;
     let percent = x86_trunc(f64::from(inflation * 100.0));
-    let penalty = (x86_trunc(f64::from(percent) / 100.0 * 100.0) / 2 * 2) as f64 / 100.0;
-    let rtt_contribution = (f64::from(11330.0 * bytes_sent) * penalty) as f32;
+    let penalty = ((x86_trunc(f64::from(percent) / 100.0 * 100.0) / 2 * 2) as f64 / 100.0) as f32;
+    let rtt_contribution = 11330.0 * bytes_sent * penalty;
     let loss_rate = bytes_lost / bytes_sent;
     let n = mi.n_packets as f32;
+    let excess = f64::from(1.0 + loss_rate) - 1.0;
     let loss_contribution =
-        if loss_rate <= 0.03 { n * loss_rate } else { (f64::from(n) * (11.35 * f64::from(loss_rate))) as f32 };
-    let rate_mbit = (f64::from(rate_bps) / MEGABIT) as f32;
+        if loss_rate <= 0.03 { f64::from(n) * excess } else { f64::from(n) * (11.35 * excess) } as f32;
     Some(sending_factor - (loss_contribution + rtt_contribution) * rate_mbit / n)
 }
 
@@ -357,12 +373,12 @@ impl PccSender {
     }
 
     /// `OnPacketSent`: packet number `packet` of `bytes` left at `now` (µs).
-    pub fn on_packet_sent(&mut self, now: i64, packet: u64, bytes: i64, rng: &mut Rng) {
+    pub fn on_packet_sent(&mut self, now: i64, packet: u64, bytes: i64, coin: &mut impl Coin) {
         let start = self.queue.num_useful() == 0
             || (self.avg_rtt != 0
                 && self.queue.current().is_some_and(|mi| now - mi.first_sent > self.monitor_duration));
         if start {
-            self.maybe_set_sending_rate(rng);
+            self.maybe_set_sending_rate(coin);
             self.monitor_duration = (1.5 * self.avg_rtt as f64).max(10.0 * 8.0 * 1400.0 / self.sending_rate) as i64;
             let useful = self.create_useful_interval();
             let mi = MonitorInterval::new(self.sending_rate, useful, self.avg_rtt, now + self.monitor_duration);
@@ -406,7 +422,7 @@ impl PccSender {
         self.queue.num_useful() < max_useful
     }
 
-    fn maybe_set_sending_rate(&mut self, rng: &mut Rng) {
+    fn maybe_set_sending_rate(&mut self, coin: &mut impl Coin) {
         let useful = self.queue.num_useful();
         if self.mode != Mode::Probing
             || (useful == PROBING_INTERVALS && !self.queue.current().is_some_and(|mi| mi.is_useful))
@@ -421,7 +437,7 @@ impl PccSender {
             }
         }
         self.direction = if useful.is_multiple_of(2) {
-            if rng.below(2) == 1 {
+            if coin.flip() {
                 Direction::Increase
             } else {
                 Direction::Decrease
@@ -433,15 +449,15 @@ impl PccSender {
             }
         };
         self.sending_rate *= match self.direction {
-            Direction::Increase => 1.0 + PROBING_STEP,
-            Direction::Decrease => 1.0 - PROBING_STEP,
+            Direction::Increase => f64::from(1.0 + PROBING_STEP),
+            Direction::Decrease => f64::from(1.0 - PROBING_STEP),
         };
     }
 
     fn undo_probe(&mut self) {
         self.sending_rate *= match self.direction {
-            Direction::Increase => 1.0 / (1.0 + PROBING_STEP),
-            Direction::Decrease => 1.0 / (1.0 - PROBING_STEP),
+            Direction::Increase => 1.0 / f64::from(1.0 + PROBING_STEP),
+            Direction::Decrease => 1.0 / f64::from(1.0 - PROBING_STEP),
         };
     }
 
@@ -466,10 +482,10 @@ impl PccSender {
         match self.mode {
             Mode::Starting => self.sending_rate *= 0.5,
             Mode::DecisionMade => {
-                let step = (self.rounds as f64 * DECISION_MADE_STEP).min(MAX_DECISION_MADE_STEP);
+                let step = (self.rounds as f32 * DECISION_MADE_STEP).min(MAX_DECISION_MADE_STEP);
                 self.sending_rate *= match self.direction {
-                    Direction::Increase => 1.0 / (1.0 + step),
-                    Direction::Decrease => 1.0 / (1.0 - step),
+                    Direction::Increase => 1.0 / f64::from(1.0 + step),
+                    Direction::Decrease => 1.0 / f64::from(1.0 - step),
                 };
             }
             Mode::Probing => {
@@ -923,7 +939,8 @@ mod tests {
         for pair in useful.chunks(2) {
             let mut p = [pair[0], pair[1]];
             p.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            assert!((p[0] - 0.95).abs() < 1e-12 && (p[1] - 1.05).abs() < 1e-12, "{useful:?}");
+            // 1 ± 0.05 in `float`: 0.949999988…, 1.049999952…
+            assert!((p[0] - 0.95).abs() < 1e-7 && (p[1] - 1.05).abs() < 1e-7, "{useful:?}");
         }
         assert!(mis[..4].iter().all(|m| m.is_useful));
         for m in &mis[4..] {
@@ -1027,7 +1044,7 @@ mod tests {
         // Higher rate, lower utility: the change turns negative.
         law.on_utility_available(&[info(r, 9.0)]);
         assert_eq!(law.mode, Mode::Probing);
-        assert!((law.sending_rate - r / 1.02).abs() < 1e-6);
+        assert!((law.sending_rate / r - 1.0 / 1.02).abs() < 1e-7, "{}", law.sending_rate / r);
         // Still rising: keep going the same way.
         let mut law = PccSender::new();
         law.mode = Mode::DecisionMade;
@@ -1086,5 +1103,124 @@ mod tests {
         eprintln!("utilization {u} p95 {p95}");
         assert!(u > 0.8, "utilization {u}");
         assert!(p95 < 20.0 + 100.0, "p95 {p95}");
+    }
+
+    /// Tosses that reproduce the binary's probe directions: the direction it held after the
+    /// call being replayed.
+    struct Oracle(bool);
+
+    impl Coin for Oracle {
+        fn flip(&mut self) -> bool {
+            self.0
+        }
+    }
+
+    /// Feeds a trace of the binary's `OnPacketSent` and `OnCongestionEvent` calls to the
+    /// law; the first mismatches of its state before each call, as text.
+    fn replay(trace: &str) -> Vec<String> {
+        const FIELDS: [&str; 14] = [
+            "mode",
+            "sending_rate",
+            "latest_utility.sending_rate",
+            "latest_utility.utility",
+            "monitor_duration",
+            "direction",
+            "rounds",
+            "num_useful",
+            "avg_gradient",
+            "avg_rtt",
+            "swing_buffer",
+            "rate_change_amplifier",
+            "rate_change_proportion_allowance",
+            "previous_change",
+        ];
+        // Each call with the binary's state at its entry (the lines give only what changed).
+        let mut state = [f64::NAN; 14];
+        let calls: Vec<(usize, Vec<&str>, [f64; 14])> = trace
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.starts_with('#'))
+            .map(|(n, l)| {
+                let (call, changed) = l.split_once(" | ").expect("CALL | STATE");
+                for field in changed.split_whitespace() {
+                    let (i, v) = field.split_once('=').expect("INDEX=VALUE");
+                    state[i.parse::<usize>().unwrap()] = v.parse().unwrap();
+                }
+                (n + 1, call.split_whitespace().collect(), state)
+            })
+            .collect();
+        let packets = |field: &str| -> Vec<(u64, i64)> {
+            if field == "-" {
+                return Vec::new();
+            }
+            field
+                .split(',')
+                .map(|e| {
+                    let v: Vec<i64> = e.split(':').map(|x| x.parse().unwrap()).collect();
+                    (v[0] as u64, v[1] + v[2])
+                })
+                .collect()
+        };
+        let mut law = PccSender::new();
+        let mut mismatches = Vec::new();
+        for (k, (line, call, theirs)) in calls.iter().enumerate() {
+            let ours = [
+                match law.mode {
+                    Mode::Starting => 0.0,
+                    Mode::Probing => 1.0,
+                    Mode::DecisionMade => 2.0,
+                },
+                law.sending_rate,
+                law.latest_utility.sending_rate,
+                f64::from(law.latest_utility.utility),
+                law.monitor_duration as f64,
+                if law.direction == Direction::Increase { 0.0 } else { 1.0 },
+                law.rounds as f64,
+                law.queue.num_useful() as f64,
+                f64::from(law.avg_gradient),
+                law.avg_rtt as f64,
+                law.swing_buffer as f64,
+                f64::from(law.rate_change_amplifier),
+                law.rate_change_proportion_allowance as f64,
+                law.previous_change,
+            ];
+            for ((name, ours), theirs) in FIELDS.iter().zip(ours).zip(theirs) {
+                if ours != *theirs {
+                    mismatches.push(format!("line {line}, before {}: {name} {ours} (binary {theirs})", call.join(" ")));
+                }
+            }
+            if mismatches.len() >= 10 {
+                break;
+            }
+            let num = |i: usize| -> i64 { call[i].parse().unwrap() };
+            if call[0] == "P" {
+                let up = calls.get(k + 1).is_none_or(|next| next.2[5] == 0.0);
+                law.on_packet_sent(num(1), num(2) as u64, num(3), &mut Oracle(up));
+            } else {
+                // Our transport reports losses one packet at a time, UDT a range at once.
+                for lost in packets(call[4]) {
+                    law.on_congestion_event(num(1), 0, None, Some(lost));
+                }
+                for acked in packets(call[3]) {
+                    law.on_congestion_event(num(1), num(2), Some(acked), None);
+                }
+            }
+        }
+        mismatches
+    }
+
+    #[test]
+    fn the_law_replays_the_binarys_trace() {
+        for (row, trace) in [
+            ("2/5/20", include_str!("../../data/pcc-uspace-cd43e34/sender-trace-2-5-20.txt")),
+            (
+                "12/40/100/1% Poisson",
+                include_str!("../../data/pcc-uspace-cd43e34/sender-trace-12-40-100-1pct-poisson.txt"),
+            ),
+        ] {
+            assert!(trace.lines().filter(|l| !l.starts_with('#')).count() > 1000, "{row}: a short trace");
+            let mismatches = replay(trace);
+            assert!(mismatches.is_empty(), "{row}:\n{}", mismatches.join("\n"));
+        }
     }
 }
