@@ -63,7 +63,7 @@
 //! `double` rates multiplied by `float` factors or by `double` reciprocals (a probe and its
 //! undoing do not give back the same rate, and two such "equal" rates give a gradient rather than
 //! the minimum step, as upstream's do). Checked call by call: gdb traces of the reference
-//! build's `PccSender` (`experiments/pcc_experimental_trace.py`, test data in
+//! build's `PccSender` (`experiments/reference_traces.py`, test data in
 //! `data/pcc-uspace-cd43e34`) replay in [`PccSender`] with every field bit for bit equal.
 
 use std::collections::VecDeque;
