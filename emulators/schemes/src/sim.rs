@@ -3,7 +3,7 @@
 //!
 //! The path: the sender's packets enter a DropTail queue of `queue_packets` drained at
 //! `rate` (a 1500-byte IP packet, the default size, takes 1 ms at 12 Mbit/s; a controller
-//! with its own `payload_bytes` sends smaller ones), then take `one_way_delay`
+//! with its own `payload_bytes` or `next_payload_bytes` sends smaller ones), then take `one_way_delay`
 //! to reach the receiver; ACKs come back after `one_way_delay` with no queue, the shape
 //! of the emulator the calibration checks (12 Mbit/s, 20 ms, 100 packets). A controller's
 //! control datagrams (`take_control_datagram`) share the data's queue, each taking one slot
@@ -40,6 +40,8 @@ impl Link {
 pub struct Outcome {
     pub duration: Duration,
     pub delivered_packets: u64,
+    /// IP bytes of the delivered packets.
+    pub delivered_bytes: u64,
     pub dropped_packets: u64,
     /// (arrival time, one-way delay) of every delivered packet.
     pub delays: Vec<(Duration, Duration)>,
@@ -47,12 +49,11 @@ pub struct Outcome {
     pub control_delivered: u64,
     pub control_dropped: u64,
     link_rate: f64,
-    packet_bytes: u64,
 }
 
 impl Outcome {
     pub fn utilization(&self) -> f64 {
-        let bits = self.delivered_packets as f64 * self.packet_bytes as f64 * 8.0;
+        let bits = self.delivered_bytes as f64 * 8.0;
         bits / (self.link_rate * self.duration.as_secs_f64())
     }
 
@@ -68,7 +69,7 @@ impl Outcome {
 }
 
 enum Event {
-    Arrival { seq: u64, sent_us: u64 },
+    Arrival { seq: u64, sent_us: u64, bytes: u64 },
     ControlArrival,
     AckBack(Ack),
 }
@@ -104,16 +105,15 @@ pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome 
     let mut event_id = 0u64;
     let mut queue = Queue { departures: VecDeque::new(), limit: link.queue_packets };
     let tx_of = |bytes: usize| Duration::from_secs_f64((bytes as u64 + HEADERS) as f64 * 8.0 / link.rate_bits_per_s);
-    let tx = tx_of(payload as usize);
     let mut out = Outcome {
         duration,
         delivered_packets: 0,
+        delivered_bytes: 0,
         dropped_packets: 0,
         delays: Vec::new(),
         control_delivered: 0,
         control_dropped: 0,
         link_rate: link.rate_bits_per_s,
-        packet_bytes: payload + HEADERS,
     };
     let mut now = Duration::ZERO;
     while now < duration {
@@ -141,12 +141,14 @@ pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome 
             core.on_timer(now);
             if core.send_allowed_at().is_some_and(|at| at <= now) {
                 let seq = core.next_seq();
+                let bytes = core.next_packet_bytes();
                 core.on_send(now);
-                let Some(leaves) = queue.enqueue(now, tx) else {
+                let Some(leaves) = queue.enqueue(now, tx_of(bytes as usize)) else {
                     out.dropped_packets += 1;
                     continue;
                 };
-                payloads.insert(event_id, Event::Arrival { seq, sent_us: now.as_micros() as u64 });
+                payloads
+                    .insert(event_id, Event::Arrival { seq, sent_us: now.as_micros() as u64, bytes: bytes + HEADERS });
                 events.push(Reverse((leaves + d, event_id)));
                 event_id += 1;
             }
@@ -154,8 +156,9 @@ pub fn run(cc: Box<dyn Controller>, link: &Link, duration: Duration) -> Outcome 
             let Reverse((t, id)) = events.pop().expect("peeked");
             now = t;
             match payloads.remove(&id).expect("scheduled") {
-                Event::Arrival { seq, sent_us } => {
+                Event::Arrival { seq, sent_us, bytes } => {
                     out.delivered_packets += 1;
+                    out.delivered_bytes += bytes;
                     out.delays.push((now, now - Duration::from_micros(sent_us)));
                     let ack = receiver.on_data(seq, sent_us, now.as_micros() as u64);
                     payloads.insert(event_id, Event::AckBack(ack));

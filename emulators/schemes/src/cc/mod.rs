@@ -149,7 +149,7 @@ pub struct Pacer {
 /// Besides ACKs and losses a controller may watch its own sends (`on_send`), ask to be woken
 /// without an ACK (`timer_deadline`/`on_timer`: an idle or retransmission timeout of the
 /// upstream program), and choose how the transport detects loss (`loss_rule`,
-/// `loss_timeout`), how large its packets are (`payload_bytes`), how its sends are paced
+/// `loss_timeout`), how large its packets are (`payload_bytes`, `next_payload_bytes`), how its sends are paced
 /// (`pacer`) and how often ACKs are read between sends (`acks_between_sends`): the ports of
 /// Pantheon's programs differ in exactly these.
 pub trait Controller: Send {
@@ -177,6 +177,14 @@ pub trait Controller: Send {
     /// fills the 1500-byte IP packet.
     fn payload_bytes(&self) -> Option<u64> {
         None
+    }
+    /// UDP payload of the next DATA packet, at most [`Self::payload_bytes`]: an upstream
+    /// program whose writes to its transport do not fill whole packets sends a short packet
+    /// at the end of each (UDT's send buffer cuts every `UDT::send` into MSS-sized blocks).
+    /// Asked before each send; the packet sent is the next `on_send`. The pacer still spaces
+    /// packets, not bytes, by the full size, as UDT's does. Default: all full-size.
+    fn next_payload_bytes(&self) -> Option<u64> {
+        self.payload_bytes()
     }
     /// When the controller must be woken without an ACK, if ever.
     fn timer_deadline(&self) -> Option<Duration> {

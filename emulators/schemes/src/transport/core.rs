@@ -15,15 +15,18 @@
 //! * Delivery rate (used by the saturator): when packet P is acknowledged, the bytes
 //!   delivered since P was sent divided by the longer of P's send interval and its ACK
 //!   interval, the usual estimator that discounts ACK compression.
-//! * Pacing: each send pushes the next permitted send time by `size / rate`; a sender
-//!   that woke late may catch up by at most `max(2 packets, 500 µs)` of credit, or not at
-//!   all where the controller's [`Pacer`] says so.
+//! * Sizes: each packet has the controller's size ([`Controller::next_payload_bytes`]), and
+//!   the window, the losses and the delivery rate count each packet's own bytes.
+//! * Pacing: from the first send on, each send pushes the next permitted send time by
+//!   `size / rate`, `size` the controller's full packet (a short packet takes a whole slot, as
+//!   in UDT); a sender that woke late may catch up by at most `max(2 packets, 500 µs)` of
+//!   credit, not at all, or all of it, as the controller's [`Pacer`] says.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::rtt::RttEstimator;
-use super::wire::{Ack, CONTROL_MAX_BYTES, CONTROL_MIN_BYTES};
+use super::wire::{Ack, CONTROL_MAX_BYTES, CONTROL_MIN_BYTES, DATA_HEADER_BYTES};
 use crate::cc::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
 pub const REORDER_THRESHOLD: u64 = 3;
@@ -32,6 +35,7 @@ const MIN_BURST_CREDIT: Duration = Duration::from_micros(500);
 #[derive(Clone, Debug)]
 struct Sent {
     seq: u64,
+    bytes: u64,
     sent_at: Duration,
     delivered: bool,
     lost: bool,
@@ -70,7 +74,8 @@ pub struct SenderCore {
 }
 
 impl SenderCore {
-    /// `packet_bytes` is the UDP payload of one DATA packet (what the window counts);
+    /// `packet_bytes` is the UDP payload of one full DATA packet (the pacing unit, and the
+    /// window's least);
     /// `initial_rtt` is the handshake RTT (or the sender's assumption where there was none).
     pub fn new(cc: Box<dyn Controller>, flow: u64, packet_bytes: u64, initial_rtt: Duration) -> Self {
         Self {
@@ -154,9 +159,17 @@ impl SenderCore {
         Some(self.next_send_at)
     }
 
-    /// Records a packet sent at `now` and returns its sequence number.
+    /// UDP payload of the next DATA packet: the controller's, between the DATA header and a
+    /// full packet.
+    pub fn next_packet_bytes(&self) -> u64 {
+        self.cc.next_payload_bytes().map_or(self.packet_bytes, |b| b.clamp(DATA_HEADER_BYTES as u64, self.packet_bytes))
+    }
+
+    /// Records a packet of [`Self::next_packet_bytes`] sent at `now` and returns its sequence
+    /// number.
     pub fn on_send(&mut self, now: Duration) -> u64 {
         let seq = self.next_seq;
+        let bytes = self.next_packet_bytes();
         self.next_seq += 1;
         if self.flight.is_empty() && self.bytes_in_flight == 0 {
             // Nothing in flight: the delivery-rate interval restarts here, not at the
@@ -166,6 +179,7 @@ impl SenderCore {
         }
         self.flight.push_back(Sent {
             seq,
+            bytes,
             sent_at: now,
             delivered: false,
             lost: false,
@@ -173,7 +187,7 @@ impl SenderCore {
             delivered_time_at_send: self.delivered_time,
             first_sent_time_at_send: self.first_sent_time,
         });
-        self.bytes_in_flight += self.packet_bytes;
+        self.bytes_in_flight += bytes;
         self.counts.sent += 1;
         self.cc.on_send(now, seq);
         let rate = self.pacing_rate();
@@ -183,7 +197,10 @@ impl SenderCore {
             CatchUp::Never => Duration::ZERO,
             CatchUp::Unbounded => Duration::MAX,
         };
-        self.next_send_at = self.next_send_at.max(now.saturating_sub(credit)) + gap;
+        // The grid starts at the first send: nothing was late before it (the handshake's round
+        // trip is no lateness to make up; UDT's `m_ullTargetTime` starts at 0 likewise).
+        let slot = if seq == 0 { now } else { self.next_send_at.max(now.saturating_sub(credit)) };
+        self.next_send_at = slot + gap;
         seq
     }
 
@@ -196,34 +213,30 @@ impl SenderCore {
         (idx < self.flight.len()).then_some(idx)
     }
 
-    /// Marks `seq` delivered; returns true if that is news.
-    fn mark_delivered(&mut self, seq: u64) -> bool {
-        let Some(idx) = self.index(seq) else { return false };
+    /// Marks `seq` delivered; returns its bytes if that is news.
+    fn mark_delivered(&mut self, seq: u64) -> Option<u64> {
+        let idx = self.index(seq)?;
         let p = &mut self.flight[idx];
         if p.delivered {
-            return false;
+            return None;
         }
         p.delivered = true;
+        let bytes = p.bytes;
         if !p.lost {
-            self.bytes_in_flight -= self.packet_bytes;
+            self.bytes_in_flight -= bytes;
         }
-        self.delivered += self.packet_bytes;
+        self.delivered += bytes;
         self.counts.delivered += 1;
-        true
+        Some(bytes)
     }
 
     fn declare_lost(&mut self, idx: usize, now: Duration) {
         let p = &mut self.flight[idx];
         p.lost = true;
-        self.bytes_in_flight -= self.packet_bytes;
+        self.bytes_in_flight -= p.bytes;
         self.counts.lost += 1;
-        let event = LossEvent {
-            now,
-            seq: p.seq,
-            sent_at: p.sent_at,
-            bytes: self.packet_bytes,
-            bytes_in_flight: self.bytes_in_flight,
-        };
+        let event =
+            LossEvent { now, seq: p.seq, sent_at: p.sent_at, bytes: p.bytes, bytes_in_flight: self.bytes_in_flight };
         self.cc.on_loss(&event);
     }
 
@@ -260,8 +273,8 @@ impl SenderCore {
         let mut newly = 0u64;
         let mut newest: Option<u64> = None;
         let mut consider = |core: &mut Self, seq: u64| {
-            if core.mark_delivered(seq) {
-                newly += core.packet_bytes;
+            if let Some(bytes) = core.mark_delivered(seq) {
+                newly += bytes;
                 newest = Some(newest.map_or(seq, |n: u64| n.max(seq)));
             }
         };
@@ -374,6 +387,8 @@ mod tests {
         log: Arc<Mutex<Vec<String>>>,
         rates: Arc<Mutex<Vec<f64>>>,
         pacer: Pacer,
+        /// Sizes of the next packets (then full-size ones).
+        sizes: Arc<Mutex<VecDeque<u64>>>,
     }
 
     impl Controller for Probe {
@@ -386,9 +401,6 @@ mod tests {
                 self.rates.lock().unwrap().push(r);
             }
         }
-        fn on_loss(&mut self, loss: &LossEvent) {
-            self.log.lock().unwrap().push(format!("loss {}", loss.seq));
-        }
         fn cwnd(&self) -> u64 {
             10 * 1000
         }
@@ -397,6 +409,15 @@ mod tests {
         }
         fn pacer(&self) -> Pacer {
             self.pacer
+        }
+        fn next_payload_bytes(&self) -> Option<u64> {
+            self.sizes.lock().unwrap().front().copied()
+        }
+        fn on_send(&mut self, _now: Duration, _seq: u64) {
+            self.sizes.lock().unwrap().pop_front();
+        }
+        fn on_loss(&mut self, loss: &LossEvent) {
+            self.log.lock().unwrap().push(format!("loss {} {}", loss.seq, loss.bytes));
         }
     }
 
@@ -429,6 +450,24 @@ mod tests {
     }
 
     #[test]
+    fn each_packet_counts_its_own_bytes_and_takes_a_whole_slot() {
+        let (mut c, probe) = core();
+        // A short packet between full ones, and one asking for less than a header.
+        probe.sizes.lock().unwrap().extend([1000, 400, 1000, 3]);
+        let sizes: Vec<u64> = (0..5).map(|i| (c.next_packet_bytes(), c.on_send(ms(i))).0).collect();
+        assert_eq!(sizes, [1000, 400, 1000, DATA_HEADER_BYTES as u64, 1000]);
+        assert_eq!(c.bytes_in_flight(), 3400 + DATA_HEADER_BYTES as u64);
+        // Slots stay 1 ms apart: the pacer spaces packets by the full size.
+        assert_eq!(c.send_allowed_at(), Some(ms(5)));
+        // Packet 1 (400 bytes) is acknowledged; 0 is then lost by the reorder rule once 3 is.
+        c.on_ack(ms(100), &ack(1, 1, 1, 0b1));
+        c.on_ack(ms(103), &ack(3, 3, 3, 0b1));
+        let log = probe.log.lock().unwrap().clone();
+        assert_eq!(log, ["ack 1 +400", &format!("ack 3 +{DATA_HEADER_BYTES}"), "loss 0 1000"]);
+        assert_eq!(c.bytes_in_flight(), 2000);
+    }
+
+    #[test]
     fn a_late_send_is_made_up_only_where_the_pacer_allows() {
         // Slots every 1 ms; the second send leaves 5 ms late.
         let next_slot = |catch_up| {
@@ -442,6 +481,14 @@ mod tests {
         assert_eq!(next_slot(CatchUp::Bounded), Some(ms(5)), "2 packets of credit: the next slot is already due");
         assert_eq!(next_slot(CatchUp::Never), Some(ms(7)), "one gap after the actual send");
         assert_eq!(next_slot(CatchUp::Unbounded), Some(ms(2)), "the grid, however late");
+        // The first send, however long after the flow started (a handshake over a long path),
+        // starts the grid: no burst to make up the wait.
+        for catch_up in [CatchUp::Bounded, CatchUp::Never, CatchUp::Unbounded] {
+            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false };
+            let mut c = SenderCore::new(Box::new(Probe { pacer, ..Probe::default() }), 1, 1000, ms(100));
+            c.on_send(ms(300));
+            assert_eq!(c.send_allowed_at(), Some(ms(301)), "{catch_up:?}");
+        }
     }
 
     #[test]
@@ -454,7 +501,7 @@ mod tests {
         let bitmap = 0b11_0111; // 5,4,3,_,1,0 relative to highest 5 (bit i = 5 - i)
         c.on_ack(ms(105), &ack(5, 5, 5, bitmap));
         let log = probe.log.lock().unwrap().clone();
-        assert_eq!(log, vec!["ack 5 +5000".to_string(), "loss 2".to_string()]);
+        assert_eq!(log, vec!["ack 5 +5000".to_string(), "loss 2 1000".to_string()]);
         assert_eq!(c.counts(), SenderCounts { sent: 8, delivered: 5, lost: 1 });
         assert_eq!(c.bytes_in_flight(), 2000);
     }
@@ -481,7 +528,7 @@ mod tests {
         let deadline = c.loss_deadline().unwrap();
         assert!(deadline > ms(100), "timeout is above the RTT: {deadline:?}");
         c.on_timer(deadline);
-        assert_eq!(probe.log.lock().unwrap().as_slice(), ["loss 0"]);
+        assert_eq!(probe.log.lock().unwrap().as_slice(), ["loss 0 1000"]);
         c.on_timer(deadline + ms(1));
         assert_eq!(c.counts().lost, 2);
         assert_eq!(c.bytes_in_flight(), 0);

@@ -192,7 +192,9 @@ fn send_to_peer(
                 Some(at) if at <= now => {}
                 _ => break,
             }
-            let n = Packet::Data { flow, seq: core.next_seq(), sender_us: now.as_micros() as u64 }.encode(&mut data);
+            let size = core.next_packet_bytes() as usize;
+            let n = Packet::Data { flow, seq: core.next_seq(), sender_us: now.as_micros() as u64 }
+                .encode(&mut data[..size]);
             match sock.send(&data[..n]) {
                 Ok(_) => {
                     core.on_send(now);
