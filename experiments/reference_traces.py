@@ -22,6 +22,12 @@ Two uses of one file:
 
 The breakpoints slow the sender, which is why the traces are for the laws, not for the
 benchmark's numbers.
+
+The port writes the same trace of its own law: `calibrate-scheme pcc_experimental-2018` puts
+its calls in `DIR/trace-port-PID.txt`, in the raw format of the binary's (`P`/`C` lines with
+the full state), when `PCC_EXPERIMENTAL_TRACE=DIR` is set. The benchmark passes the variable to
+both sides, so one `vs_pantheon_schemes.py` run gives the two traces of one row side by side,
+and this script's table writer reads either.
 """
 
 import importlib

@@ -59,9 +59,11 @@
 //! of its 10 ms RTT samples, which are the same event (the first ACK 10 ms or more after the
 //! last one). UDT's other sender-side control packets (handshake, keep-alive when idle 1 s,
 //! shutdown) are left out: none recurs while data flows. Each 100 000-byte `UDT::send` of
-//! Pantheon's appclient also ends in one 644-byte packet (every 71st); the port's are all
-//! full-size.
+//! Pantheon's appclient ends in a short packet, 644 bytes on the wire (every 71st, [`SendBuffer`]),
+//! and a resend has its lost block's size, as the port's do; the transport declares the losses
+//! (UDT's receiver reports a gap at once, in a NAK).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
@@ -76,6 +78,10 @@ pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true, 
 pub const MSS_BYTES: u64 = 1464;
 /// UDP payload of one data packet: the MSS less the IPv4 and UDP headers.
 pub const PAYLOAD_BYTES: u64 = MSS_BYTES - 28;
+/// UDT's data packet header.
+pub const UDT_HEADER_BYTES: u64 = 16;
+/// What Pantheon's appclient hands `UDT::send` each time.
+pub const SEND_CALL_BYTES: i64 = 100_000;
 pub const GRANULARITY: f64 = 0.01;
 pub const NUMBER_OF_PROBE: usize = 4;
 pub const MAX_CONTINUOUS_GUESS: u32 = 5;
@@ -157,6 +163,65 @@ impl Ack2Clock {
             self.due -= 1;
             ACK2_PAYLOAD_BYTES
         })
+    }
+}
+
+/// The sizes of the packets UDT's send buffer hands out (`CSndBuffer::addBuffer`): the
+/// application's stream of `call_bytes` `UDT::send`s cut into blocks of `block_bytes` (UDT's
+/// payload size), each call's last block short, and blocks declared lost resent before any
+/// new one. Pantheon's UDT clients (pcc's appclient, pcc_experimental's pccclient) send
+/// 100 000 bytes a call.
+#[derive(Clone, Debug)]
+pub struct SendBuffer {
+    block_bytes: i64,
+    call_bytes: i64,
+    /// New blocks sent so far.
+    blocks_sent: u64,
+    /// The sizes of blocks declared lost and not yet resent, oldest first.
+    resend: VecDeque<i64>,
+}
+
+impl SendBuffer {
+    pub fn new(block_bytes: i64, call_bytes: i64) -> Self {
+        assert!(
+            0 < block_bytes && block_bytes <= call_bytes,
+            "blocks of {block_bytes} bytes from calls of {call_bytes}"
+        );
+        Self { block_bytes, call_bytes, blocks_sent: 0, resend: VecDeque::new() }
+    }
+
+    /// Blocks per `UDT::send`, the last one short.
+    pub fn blocks_per_call(&self) -> u64 {
+        (self.call_bytes as u64).div_ceil(self.block_bytes as u64)
+    }
+
+    /// The last block of each `UDT::send`.
+    pub fn tail_bytes(&self) -> i64 {
+        self.call_bytes - (self.blocks_per_call() as i64 - 1) * self.block_bytes
+    }
+
+    /// UDT payload of the next packet: the oldest lost block's, else the stream's next block.
+    pub fn next_block_bytes(&self) -> i64 {
+        let per_call = self.blocks_per_call();
+        match self.resend.front() {
+            Some(&bytes) => bytes,
+            None if self.blocks_sent % per_call == per_call - 1 => self.tail_bytes(),
+            None => self.block_bytes,
+        }
+    }
+
+    /// The next block left; returns its bytes.
+    pub fn on_send(&mut self) -> i64 {
+        let bytes = self.next_block_bytes();
+        if self.resend.pop_front().is_none() {
+            self.blocks_sent += 1;
+        }
+        bytes
+    }
+
+    /// A block of `bytes` was declared lost: it goes again before any new one.
+    pub fn on_lost(&mut self, bytes: i64) {
+        self.resend.push_back(bytes);
     }
 }
 
@@ -529,6 +594,7 @@ pub struct Pcc2017 {
     rtt: UdtRtt,
     ack2: Ack2Clock,
     ended: u64,
+    blocks: SendBuffer,
 }
 
 impl Pcc2017 {
@@ -551,6 +617,7 @@ impl Pcc2017 {
             rtt: UdtRtt::default(),
             ack2: Ack2Clock::default(),
             ended: 0,
+            blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
         }
     }
 
@@ -660,9 +727,13 @@ impl Controller for Pcc2017 {
         }
     }
 
-    fn on_loss(&mut self, _loss: &LossEvent) {}
+    /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
+    fn on_loss(&mut self, loss: &LossEvent) {
+        self.blocks.on_lost(loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64);
+    }
 
     fn on_send(&mut self, now: Duration, seq: u64) {
+        self.blocks.on_send();
         if self.monitor_ttl == 0 {
             self.start_monitor(now, seq);
         }
@@ -687,6 +758,10 @@ impl Controller for Pcc2017 {
 
     fn payload_bytes(&self) -> Option<u64> {
         Some(PAYLOAD_BYTES)
+    }
+
+    fn next_payload_bytes(&self) -> Option<u64> {
+        Some(self.blocks.next_block_bytes() as u64 + UDT_HEADER_BYTES)
     }
 
     fn pacer(&self) -> Pacer {
@@ -738,6 +813,25 @@ mod tests {
         // 100 ms initial RTT: 100 000 · 1.1 / 5856 > 10, so 100 000 · (1.5..1.7) / 5856 packets.
         let len = p.monitors[0].total;
         assert!([25, 27, 29].contains(&len), "{len}");
+    }
+
+    #[test]
+    fn each_appclient_send_ends_in_a_644_byte_packet_and_a_lost_one_goes_again_at_its_size() {
+        let mut p = Pcc2017::with_seed(1);
+        let sizes: Vec<u64> = (0..72)
+            .map(|seq| {
+                let b = p.next_payload_bytes().unwrap();
+                p.on_send(ms(seq), seq);
+                b
+            })
+            .collect();
+        // 70 blocks of 1420 bytes and one of 600, each with UDT's 16-byte header; 28 more on
+        // the wire.
+        assert!(sizes.iter().enumerate().all(|(i, &b)| b == if i == 70 { 616 } else { 1436 }), "{sizes:?}");
+        p.on_loss(&LossEvent { now: ms(100), seq: 70, sent_at: ms(70), bytes: 616, bytes_in_flight: 0 });
+        assert_eq!(p.next_payload_bytes(), Some(616));
+        p.on_send(ms(100), 72);
+        assert_eq!(p.next_payload_bytes(), Some(1436));
     }
 
     #[test]

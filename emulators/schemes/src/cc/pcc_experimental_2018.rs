@@ -55,21 +55,27 @@
 //! every incoming packet, declares lost each oldest packet out longer than
 //! `2·RTT + 4·RTTVar`. UDT resends a lost packet as the next send (a new packet number, in
 //! the MI then sending); our transport sends a new packet in that slot instead: the same count
-//! and pacing on the wire. Each 100 000-byte `UDT::send` of pccclient ends in a 992-byte
-//! packet (every 69th); the port's are all full-size. `rand()` comes from a seeded generator
-//! ([`Rng`], shared with pcc-2017).
+//! and pacing on the wire, and the same size: UDT's send buffer cuts each 100 000-byte
+//! `UDT::send` of pccclient into 68 blocks of 1456 bytes and one of 992 (every 69th packet is
+//! short), and a resend is its lost block's size ([`SendBuffer`];
+//! on the reference traces this gives 8 165 of 8 173 sends their size). A short packet takes a
+//! whole pacing slot, as upstream's does. `rand()` comes from a seeded generator ([`Rng`],
+//! shared with pcc-2017).
 //!
 //! **Precision.** The law computes in the binary's precision: `float` steps and utilities,
 //! `double` rates multiplied by `float` factors or by `double` reciprocals (a probe and its
 //! undoing do not give back the same rate, and two such "equal" rates give a gradient rather than
 //! the minimum step, as upstream's do). Checked call by call: gdb traces of the reference
 //! build's `PccSender` (`experiments/reference_traces.py`, test data in
-//! `data/pcc-uspace-cd43e34`) replay in [`PccSender`] with every field bit for bit equal.
+//! `data/pcc-uspace-cd43e34`) replay in [`PccSender`] with every field bit for bit equal. The
+//! port writes its own calls in the same format where [`TRACE_ENV`] names a directory.
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use super::pcc_2017::{Coin, Rng};
+use super::pcc_2017::{Coin, Rng, SendBuffer};
 use super::vivace_2018::trunc_i32 as x86_trunc;
 use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
@@ -79,7 +85,11 @@ pub const MSS_BYTES: u64 = 1500;
 pub const PAYLOAD_BYTES: u64 = MSS_BYTES - 28;
 /// Bytes of one packet as the monitor intervals count them: the UDP payload less UDT's
 /// 16-byte header (`m_iPayloadSize`).
-pub const UDT_PAYLOAD_BYTES: i64 = PAYLOAD_BYTES as i64 - 16;
+pub const UDT_PAYLOAD_BYTES: i64 = PAYLOAD_BYTES as i64 - UDT_HEADER_BYTES;
+/// UDT's data packet header.
+pub const UDT_HEADER_BYTES: i64 = 16;
+/// What pccclient hands `UDT::send` each time (its `send` loop).
+pub const SEND_CALL_BYTES: i64 = 100_000;
 /// Bits per "megabit" in the law.
 pub const MEGABIT: f64 = 1_048_576.0;
 /// `PccSender(10000, 10, 10)` in `CUDT::CUDT`: 10 packets of 1400 bytes per 10 ms.
@@ -341,6 +351,25 @@ pub struct PccSender {
     pub previous_change: f64,
 }
 
+/// The sender's fields a trace records, in the reference tracer's order
+/// (`experiments/reference_traces.py`, `PCC_EXPERIMENTAL_FIELDS`).
+pub const TRACE_FIELDS: [&str; 14] = [
+    "mode",
+    "sending_rate",
+    "latest_utility.sending_rate",
+    "latest_utility.utility",
+    "monitor_duration",
+    "direction",
+    "rounds",
+    "num_useful",
+    "avg_gradient",
+    "avg_rtt",
+    "swing_buffer",
+    "rate_change_amplifier",
+    "rate_change_proportion_allowance",
+    "previous_change",
+];
+
 impl Default for PccSender {
     fn default() -> Self {
         Self::new()
@@ -348,6 +377,31 @@ impl Default for PccSender {
 }
 
 impl PccSender {
+    /// [`TRACE_FIELDS`], as numbers (enums as the binary's: STARTING 0, PROBING 1,
+    /// DECISION_MADE 2; INCREASE 0, DECREASE 1).
+    pub fn trace_fields(&self) -> [f64; 14] {
+        [
+            match self.mode {
+                Mode::Starting => 0.0,
+                Mode::Probing => 1.0,
+                Mode::DecisionMade => 2.0,
+            },
+            self.sending_rate,
+            self.latest_utility.sending_rate,
+            f64::from(self.latest_utility.utility),
+            self.monitor_duration as f64,
+            if self.direction == Direction::Increase { 0.0 } else { 1.0 },
+            self.rounds as f64,
+            self.queue.num_useful() as f64,
+            f64::from(self.avg_gradient),
+            self.avg_rtt as f64,
+            self.swing_buffer as f64,
+            f64::from(self.rate_change_amplifier),
+            self.rate_change_proportion_allowance as f64,
+            self.previous_change,
+        ]
+    }
+
     pub fn new() -> Self {
         Self {
             mode: Mode::Starting,
@@ -622,11 +676,58 @@ impl PccSender {
 struct Outstanding {
     seq: u64,
     sent_us: i64,
+    /// The block's bytes (UDT payload).
+    bytes: i64,
     done: bool,
 }
 
+/// Names a directory where the controller writes its law's calls, `trace-port-PID.txt`, in the
+/// format of the reference tracer's (`experiments/reference_traces.py pcc_experimental`, which
+/// reads the same variable in the reference wrapper): the port's calls and the binary's, line
+/// for line. The file is written in 64 KiB blocks of whole lines, so a run that is killed ends
+/// it at a line up to 64 KiB before its last call.
+pub const TRACE_ENV: &str = "PCC_EXPERIMENTAL_TRACE";
+
+/// The trace [`TRACE_ENV`] asks for, opened at the first call.
+#[derive(Debug, Default)]
+enum CallTrace {
+    #[default]
+    Unopened,
+    Off,
+    On(BufWriter<File>),
+}
+
+impl CallTrace {
+    /// Writes `call` and the law's state at its entry, as the reference tracer does.
+    fn write(&mut self, call: std::fmt::Arguments, law: &PccSender) {
+        if let CallTrace::Unopened = self {
+            *self = match std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty()) {
+                None => CallTrace::Off,
+                Some(dir) => {
+                    let path = std::path::Path::new(&dir).join(format!("trace-port-{}.txt", std::process::id()));
+                    match File::create(&path) {
+                        Ok(f) => CallTrace::On(BufWriter::with_capacity(1 << 16, f)),
+                        Err(e) => {
+                            eprintln!("{TRACE_ENV}: cannot create {} ({e}); running untraced", path.display());
+                            CallTrace::Off
+                        }
+                    }
+                }
+            };
+        }
+        if let CallTrace::On(out) = self {
+            let state: Vec<String> = law.trace_fields().iter().map(|v| format!("{v:?}")).collect();
+            // One write per line: the buffer flushes whole lines only.
+            let line = format!("{call} | {}\n", state.join(" "));
+            if out.write_all(line.as_bytes()).is_err() {
+                *self = CallTrace::Off;
+            }
+        }
+    }
+}
+
 /// PCC-Uspace's UDT sender around [`PccSender`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PccExperimental2018 {
     law: PccSender,
     rng: Rng,
@@ -634,6 +735,8 @@ pub struct PccExperimental2018 {
     rtt_us: f64,
     rttvar_us: f64,
     outstanding: VecDeque<Outstanding>,
+    blocks: SendBuffer,
+    trace: CallTrace,
 }
 
 fn micros(t: Duration) -> i64 {
@@ -653,6 +756,8 @@ impl PccExperimental2018 {
             rtt_us: INITIAL_UDT_RTT_US,
             rttvar_us: INITIAL_UDT_RTTVAR_US,
             outstanding: VecDeque::new(),
+            blocks: SendBuffer::new(UDT_PAYLOAD_BYTES, SEND_CALL_BYTES),
+            trace: CallTrace::default(),
         }
     }
 
@@ -678,7 +783,10 @@ impl PccExperimental2018 {
                 break;
             }
             self.outstanding.pop_front();
-            self.law.on_congestion_event(now, 0, None, Some((Self::packet(p.seq), UDT_PAYLOAD_BYTES)));
+            self.blocks.on_lost(p.bytes);
+            let lost = (Self::packet(p.seq), p.bytes);
+            self.trace.write(format_args!("C {now} 0 - {}:0:{}", lost.0, lost.1), &self.law);
+            self.law.on_congestion_event(now, 0, None, Some(lost));
             self.pop_done();
         }
     }
@@ -704,8 +812,10 @@ impl Controller for PccExperimental2018 {
         if let Some(idx) = first.and_then(|f| ack.seq.checked_sub(f)).map(|i| i as usize) {
             if let Some(p) = self.outstanding.get_mut(idx).filter(|p| !p.done && p.seq == ack.seq) {
                 p.done = true;
+                let acked = (Self::packet(ack.seq), p.bytes);
                 self.pop_done();
-                self.law.on_congestion_event(now, sample, Some((Self::packet(ack.seq), UDT_PAYLOAD_BYTES)), None);
+                self.trace.write(format_args!("C {now} {sample} {}:{}:0 -", acked.0, acked.1), &self.law);
+                self.law.on_congestion_event(now, sample, Some(acked), None);
             }
         }
         self.check_losses(now);
@@ -716,8 +826,10 @@ impl Controller for PccExperimental2018 {
 
     fn on_send(&mut self, now: Duration, seq: u64) {
         let now = micros(now);
-        self.outstanding.push_back(Outstanding { seq, sent_us: now, done: false });
-        self.law.on_packet_sent(now, Self::packet(seq), UDT_PAYLOAD_BYTES, &mut self.rng);
+        let bytes = self.blocks.on_send();
+        self.outstanding.push_back(Outstanding { seq, sent_us: now, bytes, done: false });
+        self.trace.write(format_args!("P {now} {} {bytes}", Self::packet(seq)), &self.law);
+        self.law.on_packet_sent(now, Self::packet(seq), bytes, &mut self.rng);
     }
 
     fn cwnd(&self) -> u64 {
@@ -732,6 +844,11 @@ impl Controller for PccExperimental2018 {
 
     fn payload_bytes(&self) -> Option<u64> {
         Some(PAYLOAD_BYTES)
+    }
+
+    /// The next block with UDT's header: the oldest lost one, else the stream's next.
+    fn next_payload_bytes(&self) -> Option<u64> {
+        Some((self.blocks.next_block_bytes() + UDT_HEADER_BYTES) as u64)
     }
 
     fn pacer(&self) -> Pacer {
@@ -1118,22 +1235,6 @@ mod tests {
     /// Feeds a trace of the binary's `OnPacketSent` and `OnCongestionEvent` calls to the
     /// law; the first mismatches of its state before each call, as text.
     fn replay(trace: &str) -> Vec<String> {
-        const FIELDS: [&str; 14] = [
-            "mode",
-            "sending_rate",
-            "latest_utility.sending_rate",
-            "latest_utility.utility",
-            "monitor_duration",
-            "direction",
-            "rounds",
-            "num_useful",
-            "avg_gradient",
-            "avg_rtt",
-            "swing_buffer",
-            "rate_change_amplifier",
-            "rate_change_proportion_allowance",
-            "previous_change",
-        ];
         // Each call with the binary's state at its entry (the lines give only what changed).
         let mut state = [f64::NAN; 14];
         let calls: Vec<(usize, Vec<&str>, [f64; 14])> = trace
@@ -1164,27 +1265,8 @@ mod tests {
         let mut law = PccSender::new();
         let mut mismatches = Vec::new();
         for (k, (line, call, theirs)) in calls.iter().enumerate() {
-            let ours = [
-                match law.mode {
-                    Mode::Starting => 0.0,
-                    Mode::Probing => 1.0,
-                    Mode::DecisionMade => 2.0,
-                },
-                law.sending_rate,
-                law.latest_utility.sending_rate,
-                f64::from(law.latest_utility.utility),
-                law.monitor_duration as f64,
-                if law.direction == Direction::Increase { 0.0 } else { 1.0 },
-                law.rounds as f64,
-                law.queue.num_useful() as f64,
-                f64::from(law.avg_gradient),
-                law.avg_rtt as f64,
-                law.swing_buffer as f64,
-                f64::from(law.rate_change_amplifier),
-                law.rate_change_proportion_allowance as f64,
-                law.previous_change,
-            ];
-            for ((name, ours), theirs) in FIELDS.iter().zip(ours).zip(theirs) {
+            let ours = law.trace_fields();
+            for ((name, ours), theirs) in TRACE_FIELDS.iter().zip(ours).zip(theirs) {
                 if ours != *theirs {
                     mismatches.push(format!("line {line}, before {}: {name} {ours} (binary {theirs})", call.join(" ")));
                 }
@@ -1207,6 +1289,62 @@ mod tests {
             }
         }
         mismatches
+    }
+
+    #[test]
+    fn each_send_call_ends_in_a_short_block_and_lost_blocks_go_first() {
+        let mut buffer = SendBuffer::new(UDT_PAYLOAD_BYTES, SEND_CALL_BYTES);
+        assert_eq!((buffer.blocks_per_call(), buffer.tail_bytes()), (69, 992));
+        let sizes: Vec<i64> = (0..138).map(|_| buffer.on_send()).collect();
+        assert!(sizes.iter().enumerate().all(|(i, &b)| b == if i % 69 == 68 { 992 } else { 1456 }), "{sizes:?}");
+        // A lost tail and a lost full block go again, in that order, before the stream goes on.
+        buffer.on_lost(992);
+        buffer.on_lost(1456);
+        assert_eq!([buffer.on_send(), buffer.on_send(), buffer.on_send()], [992, 1456, 1456]);
+        // The controller puts UDT's header on each and tells the law the block's bytes.
+        let ms = Duration::from_millis;
+        let mut p = PccExperimental2018::with_seed(1);
+        for seq in 0..69 {
+            assert_eq!(p.next_payload_bytes(), Some(if seq == 68 { 1008 } else { 1472 }));
+            p.on_send(ms(seq), seq);
+        }
+        assert_eq!(p.law.queue.intervals.iter().map(|m| m.bytes_sent).sum::<i64>(), 68 * 1456 + 992);
+    }
+
+    /// The binary's own sends: their sizes follow [`SendBuffer`], given the losses it declared.
+    #[test]
+    fn the_send_buffer_gives_the_binarys_packet_sizes() {
+        for (row, trace, misses) in [
+            ("2/5/20", include_str!("../../data/pcc-uspace-cd43e34/sender-trace-2-5-20.txt"), 8),
+            (
+                "12/40/100/1% Poisson",
+                include_str!("../../data/pcc-uspace-cd43e34/sender-trace-12-40-100-1pct-poisson.txt"),
+                0,
+            ),
+        ] {
+            let mut buffer = SendBuffer::new(UDT_PAYLOAD_BYTES, SEND_CALL_BYTES);
+            let (mut sends, mut wrong, mut tails) = (0, 0, 0);
+            for call in trace.lines().filter(|l| !l.starts_with('#')) {
+                let fields: Vec<&str> = call.split_whitespace().collect();
+                match fields[0] {
+                    "P" => {
+                        let theirs: i64 = fields[3].parse().unwrap();
+                        sends += 1;
+                        tails += usize::from(theirs == buffer.tail_bytes());
+                        wrong += usize::from(buffer.on_send() != theirs);
+                    }
+                    _ if fields[4] != "-" => {
+                        for lost in fields[4].split(',') {
+                            buffer.on_lost(lost.rsplit(':').next().unwrap().parse().unwrap());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            assert!(sends > 4000 && tails > 50, "{row}: {sends} sends, {tails} tails");
+            // 2/5/20 loses a third of its packets; 8 of 4125 sizes come 2 sends late there.
+            assert_eq!(wrong, misses, "{row}: {wrong} of {sends} sizes differ");
+        }
     }
 
     #[test]
