@@ -16,7 +16,8 @@ Two uses of one file:
 
 * inside gdb: the reference wrappers `experiments/pantheon_2018/vivace` and `pcc_experimental`
   run the sender under `gdb -x` this file when `VIVACE_MONITOR_TRACE=DIR`, respectively
-  `PCC_EXPERIMENTAL_TRACE=DIR`, is set; the trace goes to `DIR/trace-PID.jsonl` or `.txt`;
+  `PCC_EXPERIMENTAL_TRACE=DIR`, is set; each run's trace goes to `DIR/trace-PID-µs.jsonl` or
+  `.txt` (µs since the epoch: the pid alone repeats);
 * from the shell, `python3 experiments/reference_traces.py vivace|pcc_experimental TRACE ROW >
   TABLE` writes the table the test reads (format in its header).
 
@@ -24,7 +25,7 @@ The breakpoints slow the sender, which is why the traces are for the laws, not f
 benchmark's numbers.
 
 The port writes the same trace of its own law: `calibrate-scheme pcc_experimental-2018` puts
-its calls in `DIR/trace-port-PID.txt`, in the raw format of the binary's (`P`/`C` lines with
+its calls in `DIR/trace-port-PID-µs.txt`, in the raw format of the binary's (`P`/`C` lines with
 the full state), when `PCC_EXPERIMENTAL_TRACE=DIR` is set. The benchmark passes the variable to
 both sides, so one `vs_pantheon_schemes.py` run gives the two traces of one row side by side,
 and this script's table writer reads either.
@@ -35,6 +36,7 @@ import json
 import os
 import struct
 import sys
+import time
 from typing import Any
 
 # vivace
@@ -292,5 +294,7 @@ if __name__ == "__main__":
             sys.stdout.writelines(PROGRAMS[sys.argv[1]][2](f, sys.argv[3]))
     else:
         variable, trace_in_gdb, _, extension = next(p for p in PROGRAMS.values() if os.environ.get(p[0]))
-        trace_in_gdb(gdb, os.path.join(os.environ[variable], f"trace-{os.getpid()}.{extension}"))
+        # The pid alone repeats from run to run (each endpoint has a PID namespace of its own).
+        name = f"trace-{os.getpid()}-{time.time_ns() // 1000}.{extension}"
+        trace_in_gdb(gdb, os.path.join(os.environ[variable], name))
         gdb.execute("run")

@@ -681,7 +681,8 @@ struct Outstanding {
     done: bool,
 }
 
-/// Names a directory where the controller writes its law's calls, `trace-port-PID.txt`, in the
+/// Names a directory where the controller writes its law's calls, `trace-port-PID-µs.txt` (µs
+/// since the epoch at the first call), in the
 /// format of the reference tracer's (`experiments/reference_traces.py pcc_experimental`, which
 /// reads the same variable in the reference wrapper): the port's calls and the binary's, line
 /// for line. The file is written in 64 KiB blocks of whole lines, so a run that is killed ends
@@ -704,7 +705,11 @@ impl CallTrace {
             *self = match std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty()) {
                 None => CallTrace::Off,
                 Some(dir) => {
-                    let path = std::path::Path::new(&dir).join(format!("trace-port-{}.txt", std::process::id()));
+                    // The process id alone repeats: each run's endpoint is process 2 of its namespace.
+                    let started =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+                    let name = format!("trace-port-{}-{started}.txt", std::process::id());
+                    let path = std::path::Path::new(&dir).join(name);
                     match File::create(&path) {
                         Ok(f) => CallTrace::On(BufWriter::with_capacity(1 << 16, f)),
                         Err(e) => {
