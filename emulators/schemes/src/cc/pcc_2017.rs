@@ -80,7 +80,8 @@ pub const MSS_BYTES: u64 = 1464;
 pub const PAYLOAD_BYTES: u64 = MSS_BYTES - 28;
 /// UDT's data packet header.
 pub const UDT_HEADER_BYTES: u64 = 16;
-/// What Pantheon's appclient hands `UDT::send` each time.
+/// What Pantheon's UDT clients hand `UDT::send` each time (pcc's appclient, pcc_experimental's
+/// pccclient).
 pub const SEND_CALL_BYTES: i64 = 100_000;
 pub const GRANULARITY: f64 = 0.01;
 pub const NUMBER_OF_PROBE: usize = 4;

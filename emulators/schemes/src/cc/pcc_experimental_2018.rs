@@ -75,7 +75,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::time::Duration;
 
-use super::pcc_2017::{Coin, Rng, SendBuffer};
+use super::pcc_2017::{Coin, Rng, SendBuffer, SEND_CALL_BYTES, UDT_HEADER_BYTES};
 use super::vivace_2018::trunc_i32 as x86_trunc;
 use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
@@ -85,11 +85,7 @@ pub const MSS_BYTES: u64 = 1500;
 pub const PAYLOAD_BYTES: u64 = MSS_BYTES - 28;
 /// Bytes of one packet as the monitor intervals count them: the UDP payload less UDT's
 /// 16-byte header (`m_iPayloadSize`).
-pub const UDT_PAYLOAD_BYTES: i64 = PAYLOAD_BYTES as i64 - UDT_HEADER_BYTES;
-/// UDT's data packet header.
-pub const UDT_HEADER_BYTES: i64 = 16;
-/// What pccclient hands `UDT::send` each time (its `send` loop).
-pub const SEND_CALL_BYTES: i64 = 100_000;
+pub const UDT_PAYLOAD_BYTES: i64 = (PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64;
 /// Bits per "megabit" in the law.
 pub const MEGABIT: f64 = 1_048_576.0;
 /// `PccSender(10000, 10, 10)` in `CUDT::CUDT`: 10 packets of 1400 bytes per 10 ms.
@@ -853,7 +849,7 @@ impl Controller for PccExperimental2018 {
 
     /// The next block with UDT's header: the oldest lost one, else the stream's next.
     fn next_payload_bytes(&self) -> Option<u64> {
-        Some((self.blocks.next_block_bytes() + UDT_HEADER_BYTES) as u64)
+        Some(self.blocks.next_block_bytes() as u64 + UDT_HEADER_BYTES)
     }
 
     fn pacer(&self) -> Pacer {
