@@ -55,6 +55,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,10 +68,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from calibrate import binaries, engine
+from calibrate import binaries, engine, scratch
 from calibrate.emulator import EmulatorConfig, Queue
 from calibrate.engine import Backend
-from calibrate.errors import CalibrateError
+from calibrate.errors import CalibrateError, Interrupted
 from calibrate.metrics import parse_datalink_log
 from calibrate.schemes import Registry, Scheme, Side, load_registry, pantheon_schemes
 from calibrate.scripted import MAX_RUNTIME_S, run_scheme
@@ -806,10 +807,17 @@ def main() -> int:
     print(f"{total} runs, about {seconds / 60:.0f} min; runs: {runs_csv} (after each row and label)",
           file=sys.stderr, flush=True)
     runner = Runner(args, runs_csv, total)
-    scratch = Path(tempfile.mkdtemp(prefix="calibrate-vs-pantheon-"))
+    # SIGTERM stops the benchmark as Ctrl-C does, so the scratch directory goes with it; one left
+    # by a benchmark killed outright is named after its owner and swept by the next run.
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    scratch.sweep()
+    work = scratch.make("vs-pantheon")
     try:
         for job in jobs:
-            runner.run(job, scratch)
+            runner.run(job, work)
     except KeyboardInterrupt:
         print(f"\nstopped; the runs so far are in {runs_csv} (--report {runs_csv})", file=sys.stderr)
         return 130
@@ -817,7 +825,7 @@ def main() -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     report(pd.DataFrame(runner.records), args, ports, stamp)
     return 0
 
