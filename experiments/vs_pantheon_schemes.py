@@ -295,13 +295,13 @@ def ours_scheme(label: str, ports: Mapping[str, Port], registry: Registry,
 
 
 def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: Workload, backend: Backend,
-            scratch: Path, keep_as: Path | None = None) -> dict[str, object]:
+            workdir: Path, keep_as: Path | None = None) -> dict[str, object]:
     """One Pantheon-style run; its metrics (of all flows together, and each flow's throughput in a
     multi-flow run), and how late the engine wrote its packets out. `keep_as`: where its data
     directory (Pantheon's logs, the engine's summary) goes instead of being deleted."""
     if not scheme.available:
         return {"valid": False, "reason": f"unavailable: {scheme.unavailable_reason}"}
-    data_dir = Path(tempfile.mkdtemp(dir=scratch))
+    data_dir = Path(tempfile.mkdtemp(dir=workdir))
     try:
         outcome = run_scheme(emulator, scheme, replicate, workload, data_dir, backend=backend)
         if not outcome.valid or outcome.stats is None:
@@ -362,14 +362,14 @@ class Runner:
         self.done = 0
         self.started = time.monotonic()
 
-    def run(self, job: Job, scratch: Path) -> None:
+    def run(self, job: Job, workdir: Path) -> None:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
             emulator = replicate_emulator(job.emulator, replicate)
             for side, scheme in sides:
                 keep_as = (self.args.keep_logs / re.sub(r"[^A-Za-z0-9.]+", "_", f"{job.bench} {job.row}")
                            / f"{job.label}-{side}-{replicate}" if self.args.keep_logs else None)
-                m = measure(emulator, scheme, replicate, job.workload, self.backend, scratch, keep_as)
+                m = measure(emulator, scheme, replicate, job.workload, self.backend, workdir, keep_as)
                 self.records.append({"bench": job.bench, "row": job.row, "label": job.label, "side": side,
                                      "scheme": scheme.name, "source": scheme.description, "replicate": replicate,
                                      "runtime": job.workload.runtime_s, "flows": job.workload.flows,

@@ -5,14 +5,15 @@
 //!
 //! The law as implemented (upstream `env/sender.py` `Sender`, `dagger/run_sender.py`
 //! `Learner.sample_action`, `dagger/models.py` `DaggerLSTM`, `helpers/helpers.py`):
-//! - Packets of 1436 bytes (the serialized `Data` protobuf with its 1400-byte filler), sent
-//!   whenever `next_seq - next_ack < cwnd`, where `next_ack` is one past the highest sequence
-//!   number acknowledged (a packet overtaken by a later ACK no longer counts); no pacing. The
-//!   window starts at 10 packets. If nothing happens for 1 s while the window is full, one
-//!   packet goes out anyway (`Sender.run`'s poll timeout).
+//! - Packets of 1436 bytes (the serialized `Data` protobuf with its 1400-byte filler; proto3
+//!   leaves zero fields out, so the first is 1403 bytes and the others before the first ACK
+//!   1417), sent whenever `next_seq - next_ack < cwnd`, counted in packets, where `next_ack`
+//!   is one past the highest sequence number acknowledged (a packet overtaken by a later ACK
+//!   no longer counts); no pacing. The window starts at 10 packets. If nothing happens for
+//!   1 s while the window is full, one packet goes out anyway (`Sender.run`'s poll timeout).
 //! - Every ACK updates, in milliseconds on a whole-millisecond clock (`curr_ts_ms`): the RTT
 //!   of the acknowledged packet and the all-time minimum RTT; the EWMA (gain 1/8) of
-//!   `rtt - min_rtt`; `delivered += 1436` and the EWMA of the delivery rate
+//!   `rtt - min_rtt`; `delivered +=` the packet's size and the EWMA of the delivery rate
 //!   `0.008 * (delivered - delivered_at_send) / max(1, now - delivered_time_at_send)`
 //!   (Mbit/s); the EWMA of the send rate `0.008 * (sent_bytes - sent_bytes_at_send) /
 //!   max(1, rtt)`. The `*_at_send` values are what the sender had when it sent the packet
@@ -24,6 +25,13 @@
 //!   1, the state carried from step to step) and a 32x5 linear layer; the action is the
 //!   argmax of the softmax: `/2`, `-10`, `+0`, `+10` or `*2` applied to the window, which
 //!   stays at least 2 packets. The three EWMAs then restart from the next ACK.
+//! - The inference holds the single-threaded sender: for [`FIRST_INFERENCE`] at the first step
+//!   and [`INFERENCE`] at the others, nothing is sent and ACKs wait, read when it ends and
+//!   stamped then; the next step begins when it ends (upstream reads `curr_ts_ms()` after
+//!   `sample_action`). The first one matters most: at 2/5/20 the link drains during it, and
+//!   the steps after it decide which fixed window the policy settles on (traced on both
+//!   sides: the upstream's 7.5 packets in every run, where the port without the stall settled
+//!   on 10, 12 ms more queue).
 //! - The weights are the upstream checkpoint `dagger/model/model` (Apache-2.0, Copyright 2018
 //!   Francis Y. Yan, Jestin Ma), stored as `data/indigo-2601c92/weights.f32le` with its
 //!   manifest `weights.json` and built into the binary; `reference.json` holds the model's
@@ -32,7 +40,8 @@
 //! Differences from the upstream program: losses are not reported to the law (upstream has
 //! none either), ACKs of packets more than [`SNAPSHOT_HORIZON`] behind the highest
 //! acknowledged one are ignored (upstream would still use them; a FIFO path never produces
-//! them), and the TCP-like handshake is our transport's, so the receiver listens first.
+//! them), the inference times are constants where upstream's vary from step to step, and the
+//! TCP-like handshake is our transport's, so the receiver listens first.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;
@@ -45,6 +54,17 @@ use super::{AckEvent, Controller, LossEvent, LossRule};
 /// UDP payload of one upstream DATA packet: the protobuf `Data` message with its fields set
 /// and a 1400-byte string payload.
 pub const PACKET_BYTES: u64 = 1436;
+/// Bytes a proto3 `Data` leaves out when a field is zero (its tag and value): the fixed32
+/// fields `seq_num`, `send_ts`, `delivered_time`, and the fixed64 `sent_bytes`, `delivered`.
+const FIXED32_FIELD_BYTES: u64 = 5;
+const FIXED64_FIELD_BYTES: u64 = 9;
+/// How long the upstream's TensorFlow session holds its sender at a step, neither sending
+/// nor reading ACKs: the first `session.run` prepares the graph's kernels (36-45 ms, mean 39,
+/// over 9 traced runs of the reference build: `run_sender.py` under TensorFlow 2.15's v1 API on
+/// this 2-core host), the later ones run them (per run means 0.57-0.78 ms; the second and
+/// third ~1 ms). Host-dependent: Pantheon's machines ran TensorFlow 1.14.
+pub const FIRST_INFERENCE: Duration = Duration::from_millis(39);
+pub const INFERENCE: Duration = Duration::from_micros(700);
 /// Initial window (packets).
 const INITIAL_CWND: f64 = 10.0;
 /// Smallest window (packets).
@@ -212,6 +232,8 @@ impl Policy {
 #[derive(Clone, Copy, Debug)]
 struct Snapshot {
     seq: u64,
+    /// The datagram's size (`ack_bytes` when it is acknowledged).
+    bytes: u64,
     send_ms: u64,
     sent_bytes: u64,
     delivered: u64,
@@ -243,6 +265,10 @@ pub struct Indigo2018 {
     last_event: Duration,
     /// The idle timeout fired: one packet may go regardless of the window.
     forced_send: bool,
+    /// The inference of the latest step holds the sender until then; ACKs arriving meanwhile
+    /// wait in `held` (upstream's socket buffer) and are read when it ends.
+    stalled_until: Option<Duration>,
+    held: Vec<AckEvent>,
     steps: u64,
     /// The raw state of the latest decision.
     last_state: Option<[f64; STATE_DIM]>,
@@ -268,6 +294,8 @@ impl Indigo2018 {
             snapshots: VecDeque::new(),
             last_event: Duration::ZERO,
             forced_send: false,
+            stalled_until: None,
+            held: Vec::new(),
             steps: 0,
             last_state: None,
         }
@@ -321,35 +349,118 @@ impl Controller for Indigo2018 {
 
     fn on_send(&mut self, now: Duration, seq: u64) {
         let epoch = *self.epoch.get_or_insert(now);
+        let send_ms = now.saturating_sub(epoch).as_millis() as u64;
+        let bytes = self.datagram_bytes(seq, send_ms);
         self.snapshots.push_back(Snapshot {
             seq,
-            send_ms: now.saturating_sub(epoch).as_millis() as u64,
+            bytes,
+            send_ms,
             sent_bytes: self.sent_bytes,
             delivered: self.delivered,
             delivered_time_ms: self.delivered_time_ms,
         });
-        self.sent_bytes += PACKET_BYTES;
+        self.sent_bytes += bytes;
         self.next_seq = self.next_seq.max(seq + 1);
         self.forced_send = false;
         self.last_event = now;
     }
 
     fn on_ack(&mut self, ack: &AckEvent) {
-        self.last_event = ack.now;
-        self.next_ack = self.next_ack.max(ack.seq + 1);
-        let snap = self.snapshot(ack.seq);
+        if self.stalled_until.is_some() {
+            self.held.push(ack.clone());
+        } else {
+            self.read_ack(ack.now, ack.seq);
+        }
+    }
+
+    fn on_loss(&mut self, _loss: &LossEvent) {}
+
+    /// The window counts packets (`seq_num - next_ack < cwnd`), whatever their sizes, so the
+    /// law keeps it: see [`Controller::window_closed`].
+    fn cwnd(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// Nothing is sent while an inference holds the sender, nor while the window is full
+    /// (but for the idle timeout's one packet).
+    fn window_closed(&self) -> bool {
+        self.stalled_until.is_some() || !(self.window_open() || self.forced_send)
+    }
+
+    fn pacing_rate(&self, _srtt: Duration) -> f64 {
+        1e12
+    }
+
+    fn payload_bytes(&self) -> Option<u64> {
+        Some(PACKET_BYTES)
+    }
+
+    /// The next datagram's size; its `send_ts` is taken as zero while every packet so far
+    /// went in the clock's first millisecond (the initial window, before any ACK).
+    fn next_payload_bytes(&self) -> Option<u64> {
+        let first_ms = self.epoch.is_none() || (self.delivered == 0 && self.snapshots.iter().all(|s| s.send_ms == 0));
+        Some(self.datagram_bytes(self.next_seq, if first_ms { 0 } else { 1 }))
+    }
+
+    fn timer_deadline(&self) -> Option<Duration> {
+        if self.stalled_until.is_some() {
+            return self.stalled_until;
+        }
+        (self.epoch.is_some() && !self.window_open() && !self.forced_send).then(|| self.last_event + IDLE_SEND)
+    }
+
+    fn on_timer(&mut self, now: Duration) {
+        if let Some(until) = self.stalled_until {
+            if now >= until {
+                // The loop reads what queued meanwhile, each ACK stamped when it is read.
+                self.stalled_until = None;
+                for ack in std::mem::take(&mut self.held) {
+                    self.read_ack(now, ack.seq);
+                }
+            }
+            return;
+        }
+        if !self.window_open() && now >= self.last_event + IDLE_SEND {
+            self.forced_send = true;
+        }
+    }
+
+    /// A packet counts as outstanding only while no later one has been acknowledged.
+    fn loss_rule(&self) -> LossRule {
+        LossRule::Reorder(1)
+    }
+
+    /// Upstream never times packets out; only the idle send above reopens a stuck window.
+    fn loss_timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(24 * 3600))
+    }
+}
+
+impl Indigo2018 {
+    /// The serialized `Data` of packet `seq` sent at `send_ms`: proto3 leaves zero fields out.
+    fn datagram_bytes(&self, seq: u64, send_ms: u64) -> u64 {
+        let zero32 = [seq, send_ms, self.delivered_time_ms].iter().filter(|v| **v == 0).count() as u64;
+        let zero64 = [self.sent_bytes, self.delivered].iter().filter(|v| **v == 0).count() as u64;
+        PACKET_BYTES - zero32 * FIXED32_FIELD_BYTES - zero64 * FIXED64_FIELD_BYTES
+    }
+
+    /// `Sender.recv` and `update_state` for the ACK of `seq` read at `now`.
+    fn read_ack(&mut self, now: Duration, seq: u64) {
+        self.last_event = now;
+        self.next_ack = self.next_ack.max(seq + 1);
+        let snap = self.snapshot(seq);
         let horizon = self.next_ack.saturating_sub(SNAPSHOT_HORIZON);
         while self.snapshots.front().is_some_and(|s| s.seq < horizon) {
             self.snapshots.pop_front();
         }
         let Some(snap) = snap else { return };
-        let now_ms = self.ms(ack.now);
+        let now_ms = self.ms(now);
 
         let rtt = now_ms.saturating_sub(snap.send_ms) as f64;
         self.min_rtt = self.min_rtt.min(rtt);
         self.delay_ewma = ewma(self.delay_ewma, rtt - self.min_rtt);
 
-        self.delivered += PACKET_BYTES;
+        self.delivered += snap.bytes;
         self.delivered_time_ms = now_ms;
         let delivery_rate = 0.008 * (self.delivered - snap.delivered) as f64
             / now_ms.saturating_sub(snap.delivered_time_ms).max(1) as f64;
@@ -369,49 +480,16 @@ impl Controller for Indigo2018 {
             self.last_state = Some(state);
             let (action, _) = self.policy.sample(state);
             self.take_action(action);
+            let inference = if self.steps == 0 { FIRST_INFERENCE } else { INFERENCE };
             self.steps += 1;
             self.delay_ewma = None;
             self.delivery_rate_ewma = None;
             self.send_rate_ewma = None;
-            self.step_start_ms = Some(now_ms);
+            // Upstream reads its clock for the next step after the inference.
+            let done = now + inference;
+            self.step_start_ms = Some(self.ms(done));
+            self.stalled_until = Some(done);
         }
-    }
-
-    fn on_loss(&mut self, _loss: &LossEvent) {}
-
-    fn cwnd(&self) -> u64 {
-        if self.forced_send {
-            return u64::MAX;
-        }
-        (self.cwnd * PACKET_BYTES as f64).ceil() as u64
-    }
-
-    fn pacing_rate(&self, _srtt: Duration) -> f64 {
-        1e12
-    }
-
-    fn payload_bytes(&self) -> Option<u64> {
-        Some(PACKET_BYTES)
-    }
-
-    fn timer_deadline(&self) -> Option<Duration> {
-        (self.epoch.is_some() && !self.window_open() && !self.forced_send).then(|| self.last_event + IDLE_SEND)
-    }
-
-    fn on_timer(&mut self, now: Duration) {
-        if !self.window_open() && now >= self.last_event + IDLE_SEND {
-            self.forced_send = true;
-        }
-    }
-
-    /// A packet counts as outstanding only while no later one has been acknowledged.
-    fn loss_rule(&self) -> LossRule {
-        LossRule::Reorder(1)
-    }
-
-    /// Upstream never times packets out; only the idle send above reopens a stuck window.
-    fn loss_timeout(&self) -> Option<Duration> {
-        Some(Duration::from_secs(24 * 3600))
     }
 }
 

@@ -159,8 +159,9 @@ pub trait Controller: Send {
     fn on_loss(&mut self, loss: &LossEvent);
     /// Bytes allowed in flight.
     fn cwnd(&self) -> u64;
-    /// True while the controller's window is below one packet and the upstream program
-    /// sends nothing at all (by default the transport still lets one packet out).
+    /// True while the upstream program sends nothing at all: its window is below one packet
+    /// (by default the transport still lets one packet out), full as it counts it, or the
+    /// program is busy elsewhere. An ACK or a timer must reopen it.
     fn window_closed(&self) -> bool {
         false
     }
