@@ -265,10 +265,10 @@ pub struct Indigo2018 {
     last_event: Duration,
     /// The idle timeout fired: one packet may go regardless of the window.
     forced_send: bool,
-    /// The inference of the latest step holds the sender until then; ACKs arriving meanwhile
-    /// wait in `held` (upstream's socket buffer) and are read when it ends.
+    /// The inference of the latest step holds the sender until then; the sequence numbers of
+    /// ACKs arriving meanwhile wait in `held` (upstream's socket buffer), read when it ends.
     stalled_until: Option<Duration>,
-    held: Vec<AckEvent>,
+    held: Vec<u64>,
     steps: u64,
     /// The raw state of the latest decision.
     last_state: Option<[f64; STATE_DIM]>,
@@ -367,7 +367,7 @@ impl Controller for Indigo2018 {
 
     fn on_ack(&mut self, ack: &AckEvent) {
         if self.stalled_until.is_some() {
-            self.held.push(ack.clone());
+            self.held.push(ack.seq);
         } else {
             self.read_ack(ack.now, ack.seq);
         }
@@ -398,15 +398,15 @@ impl Controller for Indigo2018 {
     /// The next datagram's size; its `send_ts` is taken as zero while every packet so far
     /// went in the clock's first millisecond (the initial window, before any ACK).
     fn next_payload_bytes(&self) -> Option<u64> {
-        let first_ms = self.epoch.is_none() || (self.delivered == 0 && self.snapshots.iter().all(|s| s.send_ms == 0));
+        // Send times only grow, so the latest one says whether all were in the first ms.
+        let first_ms = self.delivered == 0 && self.snapshots.back().is_none_or(|s| s.send_ms == 0);
         Some(self.datagram_bytes(self.next_seq, if first_ms { 0 } else { 1 }))
     }
 
     fn timer_deadline(&self) -> Option<Duration> {
-        if self.stalled_until.is_some() {
-            return self.stalled_until;
-        }
-        (self.epoch.is_some() && !self.window_open() && !self.forced_send).then(|| self.last_event + IDLE_SEND)
+        self.stalled_until.or_else(|| {
+            (self.epoch.is_some() && !self.window_open() && !self.forced_send).then(|| self.last_event + IDLE_SEND)
+        })
     }
 
     fn on_timer(&mut self, now: Duration) {
@@ -414,8 +414,8 @@ impl Controller for Indigo2018 {
             if now >= until {
                 // The loop reads what queued meanwhile, each ACK stamped when it is read.
                 self.stalled_until = None;
-                for ack in std::mem::take(&mut self.held) {
-                    self.read_ack(now, ack.seq);
+                for seq in std::mem::take(&mut self.held) {
+                    self.read_ack(now, seq);
                 }
             }
             return;
