@@ -512,19 +512,23 @@ def fidelity(ports: Mapping[str, Port], labels: pd.DataFrame, known: pd.DataFram
             s = by_label.loc[label]
             mine = runs[(runs["bench"] == "matrix") & (runs["label"] == label)]
             sources = mine.loc[mine["side"] == "upstream", "source"].dropna().unique()
+            # valid runs per row: the fewer of its two sides
+            per_row = valid_runs(mine).groupby(["row", "side"]).size().groupby(level="row").min()
             entry: dict[str, object] = {
                 # what was run, not where it lay on the machine that ran it
                 "against": "; ".join(str(x).split(": /")[0] for x in sources) or port.upstream,
                 "measured": str(mine["date"].max()),
-                # the fewest valid runs a side has in any row (pooled invocations may give
-                # some rows more)
-                "rows": int(s["rows"]), "replicates": int(valid_runs(mine).groupby(["row", "side"]).size().min()),
+                # the fewest valid runs a side has in any row; where rows differ (pooled
+                # invocations, an invalid run), every row's count is in replicates_by_row
+                "rows": int(s["rows"]), "replicates": int(per_row.min()),
                 "runtime_s": _r(single_flow_runtime(mine)),
                 "tput_pct": {"median": _r(s["median |Δtput %|"]), "worst": _r(s["worst |Δtput %|"])},
                 "p95_ms": {"median": _r(s["median |Δp95 ms|"]), "worst": _r(s["worst |Δp95 ms|"])},
                 "loss_pct": {"median": _r(s["median |Δloss pp|"]), "worst": _r(s["worst |Δloss pp|"])},
                 "rows_passing": int(s["rows passing"]), "faithful": bool(s["faithful"]),
             }
+            if per_row.nunique() > 1:
+                entry["replicates_by_row"] = {str(row): int(n) for row, n in per_row.items()}
             if known_emulator is not None:
                 entry["known_emulator"] = known_emulator
             out[port.name] = entry

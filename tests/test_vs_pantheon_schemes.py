@@ -225,7 +225,14 @@ def test_pooled_invocations_count_every_run(bench):
     assert set(copa["n up"]) == set(copa["n port"]) == {4}
     ports = bench.ports_of(json.loads(REGISTRY.read_text()), "2017")
     f = bench.fidelity(ports, bench.label_summary(rows), bench.known_summary(pooled, PANTHEON), pooled)
+    assert f["copa-2017"]["replicates"] == 4 and "replicates_by_row" not in f["copa-2017"]
+    # more runs of one row only: the record gives every row's count
+    first = pooled["row"] == pooled["row"].iloc[0]
+    more = pd.concat([pooled, pooled[first & (pooled["label"] == "copa")]], ignore_index=True)
+    rows = bench.summarize(more)
+    f = bench.fidelity(ports, bench.label_summary(rows), bench.known_summary(more, PANTHEON), more)
     assert f["copa-2017"]["replicates"] == 4
+    assert f["copa-2017"]["replicates_by_row"] == {"A1": 8, "B2": 4}
 
 
 def test_fidelity_goes_into_a_copy_of_the_registry_touching_nothing_else(bench, tmp_path):
