@@ -340,6 +340,61 @@ impl Indigo2018 {
         let s = self.snapshots.get(usize::try_from(seq.checked_sub(base)?).ok()?)?;
         (s.seq == seq).then_some(*s)
     }
+
+    /// The serialized `Data` of packet `seq` sent at `send_ms`: proto3 leaves zero fields out.
+    fn datagram_bytes(&self, seq: u64, send_ms: u64) -> u64 {
+        let zero32 = [seq, send_ms, self.delivered_time_ms].iter().filter(|v| **v == 0).count() as u64;
+        let zero64 = [self.sent_bytes, self.delivered].iter().filter(|v| **v == 0).count() as u64;
+        PACKET_BYTES - zero32 * FIXED32_FIELD_BYTES - zero64 * FIXED64_FIELD_BYTES
+    }
+
+    /// `Sender.recv` and `update_state` for the ACK of `seq` read at `now`.
+    fn read_ack(&mut self, now: Duration, seq: u64) {
+        self.last_event = now;
+        self.next_ack = self.next_ack.max(seq + 1);
+        let snap = self.snapshot(seq);
+        let horizon = self.next_ack.saturating_sub(SNAPSHOT_HORIZON);
+        while self.snapshots.front().is_some_and(|s| s.seq < horizon) {
+            self.snapshots.pop_front();
+        }
+        let Some(snap) = snap else { return };
+        let now_ms = self.ms(now);
+
+        let rtt = now_ms.saturating_sub(snap.send_ms) as f64;
+        self.min_rtt = self.min_rtt.min(rtt);
+        self.delay_ewma = ewma(self.delay_ewma, rtt - self.min_rtt);
+
+        self.delivered += snap.bytes;
+        self.delivered_time_ms = now_ms;
+        let delivery_rate = 0.008 * (self.delivered - snap.delivered) as f64
+            / now_ms.saturating_sub(snap.delivered_time_ms).max(1) as f64;
+        self.delivery_rate_ewma = ewma(self.delivery_rate_ewma, delivery_rate);
+
+        let send_rate = 0.008 * (self.sent_bytes - snap.sent_bytes) as f64 / rtt.max(1.0);
+        self.send_rate_ewma = ewma(self.send_rate_ewma, send_rate);
+
+        let start = *self.step_start_ms.get_or_insert(now_ms);
+        if now_ms.saturating_sub(start) > STEP_MS {
+            let state = [
+                self.delay_ewma.unwrap_or(0.0),
+                self.delivery_rate_ewma.unwrap_or(0.0),
+                self.send_rate_ewma.unwrap_or(0.0),
+                self.cwnd,
+            ];
+            self.last_state = Some(state);
+            let (action, _) = self.policy.sample(state);
+            self.take_action(action);
+            let inference = if self.steps == 0 { FIRST_INFERENCE } else { INFERENCE };
+            self.steps += 1;
+            self.delay_ewma = None;
+            self.delivery_rate_ewma = None;
+            self.send_rate_ewma = None;
+            // Upstream reads its clock for the next step after the inference.
+            let done = now + inference;
+            self.step_start_ms = Some(self.ms(done));
+            self.stalled_until = Some(done);
+        }
+    }
 }
 
 impl Controller for Indigo2018 {
@@ -433,63 +488,6 @@ impl Controller for Indigo2018 {
     /// Upstream never times packets out; only the idle send above reopens a stuck window.
     fn loss_timeout(&self) -> Option<Duration> {
         Some(Duration::from_secs(24 * 3600))
-    }
-}
-
-impl Indigo2018 {
-    /// The serialized `Data` of packet `seq` sent at `send_ms`: proto3 leaves zero fields out.
-    fn datagram_bytes(&self, seq: u64, send_ms: u64) -> u64 {
-        let zero32 = [seq, send_ms, self.delivered_time_ms].iter().filter(|v| **v == 0).count() as u64;
-        let zero64 = [self.sent_bytes, self.delivered].iter().filter(|v| **v == 0).count() as u64;
-        PACKET_BYTES - zero32 * FIXED32_FIELD_BYTES - zero64 * FIXED64_FIELD_BYTES
-    }
-
-    /// `Sender.recv` and `update_state` for the ACK of `seq` read at `now`.
-    fn read_ack(&mut self, now: Duration, seq: u64) {
-        self.last_event = now;
-        self.next_ack = self.next_ack.max(seq + 1);
-        let snap = self.snapshot(seq);
-        let horizon = self.next_ack.saturating_sub(SNAPSHOT_HORIZON);
-        while self.snapshots.front().is_some_and(|s| s.seq < horizon) {
-            self.snapshots.pop_front();
-        }
-        let Some(snap) = snap else { return };
-        let now_ms = self.ms(now);
-
-        let rtt = now_ms.saturating_sub(snap.send_ms) as f64;
-        self.min_rtt = self.min_rtt.min(rtt);
-        self.delay_ewma = ewma(self.delay_ewma, rtt - self.min_rtt);
-
-        self.delivered += snap.bytes;
-        self.delivered_time_ms = now_ms;
-        let delivery_rate = 0.008 * (self.delivered - snap.delivered) as f64
-            / now_ms.saturating_sub(snap.delivered_time_ms).max(1) as f64;
-        self.delivery_rate_ewma = ewma(self.delivery_rate_ewma, delivery_rate);
-
-        let send_rate = 0.008 * (self.sent_bytes - snap.sent_bytes) as f64 / rtt.max(1.0);
-        self.send_rate_ewma = ewma(self.send_rate_ewma, send_rate);
-
-        let start = *self.step_start_ms.get_or_insert(now_ms);
-        if now_ms.saturating_sub(start) > STEP_MS {
-            let state = [
-                self.delay_ewma.unwrap_or(0.0),
-                self.delivery_rate_ewma.unwrap_or(0.0),
-                self.send_rate_ewma.unwrap_or(0.0),
-                self.cwnd,
-            ];
-            self.last_state = Some(state);
-            let (action, _) = self.policy.sample(state);
-            self.take_action(action);
-            let inference = if self.steps == 0 { FIRST_INFERENCE } else { INFERENCE };
-            self.steps += 1;
-            self.delay_ewma = None;
-            self.delivery_rate_ewma = None;
-            self.send_rate_ewma = None;
-            // Upstream reads its clock for the next step after the inference.
-            let done = now + inference;
-            self.step_start_ms = Some(self.ms(done));
-            self.stalled_until = Some(done);
-        }
     }
 }
 
