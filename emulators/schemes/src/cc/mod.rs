@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+pub mod call_trace;
 pub mod copa;
 pub mod copa_2017;
 pub mod copa_2018;

@@ -15,7 +15,8 @@
 //!   `length = RTT·(1.5 + {0, 0.1, 0.2} at random)/period` packets if `RTT·1.1/period > 10`,
 //!   else `max(10, 5000/period)`, truncated; RTT is UDT's smoothed RTT in µs (the
 //!   receiver's EWMA, 7/8 old + 1/8 new, of one ACK/ACK2 sample per 10 ms ACK timer, starting
-//!   at 100 ms, copied to the sender by each full ACK: about a round trip late, [`UdtRtt`]).
+//!   at 100 ms, copied to the sender by each full ACK: about a round trip late, [`UdtRtt`]; the
+//!   first sample comes from the ACK the receiver sends before any data, [`Ack2Clock`]).
 //! * The receiver reports the MI number of every arriving packet, in batches of 20
 //!   (`CUDT::processData`, the 0x7FFF control message). For each batch the sender adds one
 //!   RTT sample (now − send time of the batch's last packet) to the MI of that last packet.
@@ -31,7 +32,11 @@
 //!   previous MI to end; halved for MI 0 during start-up.
 //! * Start-up: rate 1; each new MI doubles it. While MIs end in order with rising utility the
 //!   best is remembered; the first that does not rise, or that ends out of order, ends
-//!   start-up at the best MI's rate.
+//!   start-up at the best MI's rate. Near 10 Mbit/s the 8 Mbit/s MI decides: the report that
+//!   ends it mostly ends in the 16 Mbit/s MI, whose queue sets the RTT it is scored with, so
+//!   how many of that MI's packets the report holds (set by the MI lengths, so by UDT's RTT at
+//!   each MI's start) decides whether start-up ends at 4 or 8 Mbit/s
+//!   (`experiments/pcc_2017_startup.py`).
 //! * Decision: the next 4 MIs probe `rate·(1 ± k·0.01)` as two pairs, each pair's order random
 //!   (k counts consecutive guesses, 1..5); the rate then stays at the 4th probe until all 4
 //!   have ended. Each pair votes for the side whose higher rate had the higher utility; a
@@ -56,16 +61,19 @@
 //! 85 a second on a 2 Mbit/s link (counted in a reference run's uplink log), each holding a
 //! slot of a DropTail queue counted in packets.
 //! The port sends a 20-byte control datagram ([`Controller::take_control_datagram`]) at each
-//! of its 10 ms RTT samples, which are the same event (the first ACK 10 ms or more after the
-//! last one). UDT's other sender-side control packets (handshake, keep-alive when idle 1 s,
-//! shutdown) are left out: none recurs while data flows. Each 100 000-byte `UDT::send` of
-//! Pantheon's appclient ends in a short packet, 644 bytes on the wire (every 71st, [`SendBuffer`]),
-//! and a resend has its lost block's size, as the port's do; the transport declares the losses
-//! (UDT's receiver reports a gap at once, in a NAK).
+//! full ACK as [`Ack2Clock`] dates them: the first data ACK or ACK2 arrival 10 ms or more after
+//! the last full ACK (the receiver checks its timers at every packet, so an ACK2 often sends the
+//! next full ACK, with the sample it brought), and one for the ACK the receiver sends right
+//! after the handshake, before any data. UDT's other sender-side control packets (handshake,
+//! keep-alive when idle 1 s, shutdown) are left out: none recurs while data flows. Each
+//! 100 000-byte `UDT::send` of Pantheon's appclient ends in a short packet, 644 bytes on the
+//! wire (every 71st, [`SendBuffer`]), and a resend has its lost block's size, as the port's do;
+//! the transport declares the losses (UDT's receiver reports a gap at once, in a NAK).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::call_trace::CallTrace;
 use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
 
 /// UDT's send queue busy-waits to each packet's time (`CTimer::sleepto` spins on rdtsc:
@@ -96,6 +104,20 @@ pub const INITIAL_RTT_US: i64 = 100_000;
 pub const ACK_INTERVAL: Duration = Duration::from_millis(10);
 /// UDP payload of UDT's ACK2: the 16-byte header and 4 bytes of padding.
 pub const ACK2_PAYLOAD_BYTES: u64 = 20;
+/// Names a directory where the port writes one line per MI start and end ([`CallTrace`]), in
+/// the format of the lines a logging build of the reference prints (experiments/README: "the
+/// start-up of pcc-2017, traced"), whose wrapper reads the same variable:
+///
+/// * `S now_us monitor starting_phase period_us rtt_us` at `onMonitorStart`'s entry (`rtt_us`:
+///   UDT's smoothed RTT, which sets the MI's length);
+/// * `E now_us end_monitor current total lost secs rtt_us utility current_rate starting_phase
+///   period_us` in `onMonitorEnds`, once the utility is known and before the decision;
+/// * `A now_us rtt_us` at each full ACK: the RTT it carries, which the sender takes (the
+///   binary's receiver writes an `A` line, with the ACK's number before the RTT, when it sends
+///   the ACK, to its own file).
+///
+/// The port's `now_us` counts from its transport's start, the binary's from the epoch.
+pub const TRACE_ENV: &str = "PCC_2017_TRACE";
 /// The rate before the first MI (cc.h: `current_rate = previous_rate = 1`).
 pub const INITIAL_RATE_MBPS: f64 = 1.0;
 /// The pacing period before the first MI starts, µs.
@@ -137,29 +159,75 @@ impl Coin for Rng {
 }
 
 /// UDT's receiver ACK timer as the sender sees it, and the ACK2s the sender owes for it: the
-/// receiver sends a full ACK when its 10 ms ACK timer has run out and data arrived since
-/// (`CUDT::checkTimers`), and the sender answers each at once with an ACK2 (`CUDT::processCtrl`
-/// case 2). With one of our ACKs per packet, a full ACK is the first ACK [`ACK_INTERVAL`] or
-/// more after the last one.
+/// receiver checks its timers at every packet it gets (`CRcvQueue::worker`, after
+/// `processData` and `processCtrl` alike) and sends a full ACK when its 10 ms ACK timer has run
+/// out and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`); the sender answers each at
+/// once with an ACK2 (`CUDT::processCtrl` case 2). Times are the sender's: a receiver event is
+/// dated when a packet the receiver sent then would reach the sender, so with one of our ACKs per
+/// packet a data packet's arrival is its ACK's, and a full ACK is the first such event
+/// [`ACK_INTERVAL`] or more after the last one. An ACK2's arrival is such an event too
+/// ([`UdtRtt::on_ack`] dates it), and right after the handshake the timer sends one ACK with no
+/// data ([`Ack2Clock::connect`]).
 #[derive(Clone, Debug, Default)]
 pub struct Ack2Clock {
     next_full_ack: Duration,
     due: u32,
+    /// A data packet arrived since the last full ACK.
+    unacked_data: bool,
+    /// When the ACK2 answering the ACK sent with no data leaves, if it has not yet.
+    connect_ack2_at: Option<Duration>,
 }
 
+/// How long after the sender's first data packet the ACK the receiver sends with no data
+/// reaches it: the receiver accepted the connection one reverse trip before the sender's
+/// `connect` returned and the first packet left, and its ACK timer runs out 10 ms after
+/// accepting (`CUDT::connect`: `m_ullNextACKTime = now + m_ullSYNInt`) with `m_iRcvLastAck`
+/// not yet acknowledged. Measured in the reference build's logs, 16 runs on 28 and 20 ms paths:
+/// 8.0–12.5 ms, mean 9.7 (experiments/README, "the start-up of pcc-2017, traced").
+pub const CONNECT_ACK_AFTER_FIRST_SEND: Duration = Duration::from_millis(10);
+
 impl Ack2Clock {
-    /// An ACK arrived at `now`; true when it stands for a full ACK (an ACK2 is then owed).
+    /// A data packet's ACK arrived at `now`; true when it stands for a full ACK (an ACK2 is
+    /// then owed).
     pub fn on_ack(&mut self, now: Duration) -> bool {
         if now < self.next_full_ack {
+            self.unacked_data = true;
             return false;
         }
         self.next_full_ack = now + ACK_INTERVAL;
         self.due += 1;
+        self.unacked_data = false;
         true
     }
 
-    /// The UDP payload of the next ACK2 owed, if any.
-    pub fn take(&mut self) -> Option<u64> {
+    /// An ACK2 reached the receiver at `at`; true when the receiver sent a full ACK then (its
+    /// timer had run out and data had arrived since the last): an ACK2 is owed for it too.
+    pub fn on_ack2_arrival(&mut self, at: Duration) -> bool {
+        if at < self.next_full_ack || !self.unacked_data {
+            return false;
+        }
+        self.next_full_ack = at + ACK_INTERVAL;
+        self.due += 1;
+        self.unacked_data = false;
+        true
+    }
+
+    /// The sender's first data packet left at `first_send`: the receiver's ACK with no data
+    /// arrives [`CONNECT_ACK_AFTER_FIRST_SEND`] later, is answered by an ACK2 then, and starts
+    /// the ACK timer. Returns when that ACK2 leaves.
+    pub fn connect(&mut self, first_send: Duration) -> Duration {
+        let at = first_send + CONNECT_ACK_AFTER_FIRST_SEND;
+        self.next_full_ack = at + ACK_INTERVAL;
+        self.connect_ack2_at = Some(at);
+        at
+    }
+
+    /// The UDP payload of the next ACK2 owed at `now`, if any.
+    pub fn take(&mut self, now: Duration) -> Option<u64> {
+        if self.connect_ack2_at.is_some_and(|at| at <= now) {
+            self.connect_ack2_at = None;
+            self.due += 1;
+        }
         (self.due > 0).then(|| {
             self.due -= 1;
             ACK2_PAYLOAD_BYTES
@@ -232,10 +300,12 @@ impl SendBuffer {
 /// case 6). So the sender learns a round trip only about a round trip after it ended: the
 /// ACK2 must cross the data path, and the estimate come back in the next full ACK.
 ///
-/// The port sees neither side's clock: an ACK2 sent at `t` reaches the receiver with the first
-/// data packet sent at or after `t` (the same queue), so that packet's ACK gives the sample,
-/// its RTT (the ACK2's forward delay and the ACK path back), and the sender copies the
-/// estimate at the next full ACK.
+/// The port sees neither side's clock: an ACK2 sent at `t` reaches the receiver just ahead of
+/// the first data packet sent at or after `t` (the same queue), so that packet's ACK gives the
+/// sample, its RTT (the ACK2's forward delay and the ACK path back). The ACK2 arrived that
+/// packet's lead, `sent_at − t`, before it did (less when the previous packet arrived later),
+/// and there the receiver may send a full ACK at once, carrying the new estimate
+/// ([`Ack2Clock::on_ack2_arrival`]); otherwise the sender copies it at the next full ACK.
 #[derive(Clone, Debug)]
 pub struct UdtRtt {
     /// What the sender uses, µs.
@@ -244,11 +314,18 @@ pub struct UdtRtt {
     receiver_us: i64,
     /// Send times of the ACK2s still on their way to the receiver.
     ack2_in_flight: std::collections::VecDeque<Duration>,
+    /// When the last data packet's ACK arrived.
+    last_ack: Duration,
 }
 
 impl Default for UdtRtt {
     fn default() -> Self {
-        Self { sender_us: INITIAL_RTT_US, receiver_us: INITIAL_RTT_US, ack2_in_flight: Default::default() }
+        Self {
+            sender_us: INITIAL_RTT_US,
+            receiver_us: INITIAL_RTT_US,
+            ack2_in_flight: Default::default(),
+            last_ack: Duration::ZERO,
+        }
     }
 }
 
@@ -262,19 +339,40 @@ impl UdtRtt {
         self.sender_us
     }
 
-    /// The ACK of the packet sent at `sent_at` arrived, `rtt` after it left; `full`: it is a
-    /// full ACK (the sender copies the receiver's estimate and answers with an ACK2).
-    pub fn on_ack(&mut self, now: Duration, sent_at: Duration, rtt: Duration, full: bool) {
-        while self.ack2_in_flight.front().is_some_and(|&t| t <= sent_at) {
+    /// The ACK of the packet sent at `sent_at` arrived, `rtt` after it left: the receiver
+    /// takes the samples of the ACK2s that arrived ahead of that packet, and `clock` says which
+    /// of its events sent a full ACK (the sender copies the receiver's estimate from each and
+    /// answers with an ACK2). Returns the full ACKs.
+    pub fn on_ack(&mut self, clock: &mut Ack2Clock, now: Duration, sent_at: Duration, rtt: Duration) -> u32 {
+        let mut full_acks = 0;
+        let mut answered = Vec::new();
+        while let Some(&left) = self.ack2_in_flight.front().filter(|&&t| t <= sent_at) {
             self.ack2_in_flight.pop_front();
             self.receiver_us = (self.receiver_us * 7 + rtt.as_micros() as i64) >> 3;
-        }
-        if full {
-            self.sender_us = self.receiver_us;
-            self.ack2_in_flight.push_back(now);
-            if self.ack2_in_flight.len() > Self::ACK_WINDOW {
-                self.ack2_in_flight.pop_front();
+            let arrived = (now - (sent_at - left)).max(self.last_ack);
+            if clock.on_ack2_arrival(arrived) {
+                self.sender_us = self.receiver_us;
+                answered.push(arrived);
+                full_acks += 1;
             }
+        }
+        if clock.on_ack(now) {
+            self.sender_us = self.receiver_us;
+            answered.push(now);
+            full_acks += 1;
+        }
+        self.last_ack = now;
+        for left in answered {
+            self.send_ack2(left);
+        }
+        full_acks
+    }
+
+    /// An ACK2 leaves at `left`.
+    pub fn send_ack2(&mut self, left: Duration) {
+        self.ack2_in_flight.push_back(left);
+        if self.ack2_in_flight.len() > Self::ACK_WINDOW {
+            self.ack2_in_flight.pop_front();
         }
     }
 }
@@ -349,6 +447,8 @@ pub struct Allegro {
     previous_utility: f64,
     /// The rate the sender paces at (what `setRate` was last given), Mbit/s.
     pub send_rate: Option<f64>,
+    /// The utility of the MI that ended last.
+    pub last_utility: f64,
 }
 
 impl Default for Allegro {
@@ -382,6 +482,7 @@ impl Allegro {
             previous_rate: INITIAL_RATE_MBPS,
             previous_utility: 0.0,
             send_rate: None,
+            last_utility: 0.0,
         }
     }
 
@@ -453,6 +554,7 @@ impl Allegro {
         if end_monitor == 0 && self.starting_phase {
             u /= 2.0;
         }
+        self.last_utility = u;
 
         if self.starting_phase {
             if end_monitor - 1 > self.start_previous_monitor {
@@ -579,7 +681,7 @@ struct Monitor {
 }
 
 /// The UDT sender's monitor machinery plus Allegro.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Pcc2017 {
     law: Allegro,
     rng: Rng,
@@ -596,6 +698,7 @@ pub struct Pcc2017 {
     ack2: Ack2Clock,
     ended: u64,
     blocks: SendBuffer,
+    trace: CallTrace,
 }
 
 impl Pcc2017 {
@@ -619,6 +722,7 @@ impl Pcc2017 {
             ack2: Ack2Clock::default(),
             ended: 0,
             blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
+            trace: CallTrace::new(TRACE_ENV, 0),
         }
     }
 
@@ -646,6 +750,8 @@ impl Pcc2017 {
     fn start_monitor(&mut self, now: Duration, next_seq: u64) {
         self.current_monitor = (self.current_monitor + 1) % MAX_MONITOR_NUMBER as i32;
         let id = self.current_monitor;
+        let (starting, period, rtt) = (self.law.starting_phase as u8, self.period_us, self.rtt.us());
+        self.trace.write_line(|| format!("S {} {id} {starting} {period} {rtt}", now.as_micros()));
         self.law.on_monitor_start(id, &mut self.rng);
         self.apply_rate();
         let rand_factor = self.rng.below(3) as f64 / 10.0;
@@ -690,14 +796,18 @@ impl Pcc2017 {
                     self.ended += 1;
                     let secs = mi.end_transmission.saturating_sub(mi.start).as_secs_f64();
                     let rtt = self.monitors[mon].rtt_sum_us / self.monitors[mon].rtt_count as f64;
-                    self.law.on_monitor_end(
-                        mi.total as f64,
-                        mi.total as f64 - mi.reported as f64,
-                        secs,
-                        self.current_monitor,
-                        tmp,
-                        rtt,
-                    );
+                    let (rate, starting, period) =
+                        (self.law.current_rate, self.law.starting_phase as u8, self.period_us);
+                    let lost = mi.total as i64 - mi.reported as i64;
+                    self.law.on_monitor_end(mi.total as f64, lost as f64, secs, self.current_monitor, tmp, rtt);
+                    let (current, u) = (self.current_monitor, self.law.last_utility);
+                    self.trace.write_line(|| {
+                        format!(
+                            "E {} {tmp} {current} {} {lost} {secs} {rtt} {u} {rate} {starting} {period}",
+                            now.as_micros(),
+                            mi.total
+                        )
+                    });
                     self.apply_rate();
                     if self.left_monitor == 0 {
                         break;
@@ -719,8 +829,10 @@ impl Controller for Pcc2017 {
     fn on_ack(&mut self, ack: &AckEvent) {
         // UDT's ACK timer: one full ACK per 10 ms, answered with an ACK2, whose arrival gives
         // the receiver the RTT sample for its 7/8 EWMA.
-        let full = self.ack2.on_ack(ack.now);
-        self.rtt.on_ack(ack.now, ack.sent_at, ack.rtt, full);
+        if self.rtt.on_ack(&mut self.ack2, ack.now, ack.sent_at, ack.rtt) > 0 {
+            let (now, rtt) = (ack.now.as_micros(), self.rtt.us());
+            self.trace.write_line(|| format!("A {now} {rtt}"));
+        }
         let Some((m, _)) = self.ranges.of(ack.seq) else { return };
         self.batch.push(m);
         if self.batch.len() == REPORT_BATCH {
@@ -734,6 +846,11 @@ impl Controller for Pcc2017 {
     }
 
     fn on_send(&mut self, now: Duration, seq: u64) {
+        if self.current_monitor < 0 {
+            // The first packet: the receiver's ACK with no data is on its way.
+            let left = self.ack2.connect(now);
+            self.rtt.send_ack2(left);
+        }
         self.blocks.on_send();
         if self.monitor_ttl == 0 {
             self.start_monitor(now, seq);
@@ -769,8 +886,8 @@ impl Controller for Pcc2017 {
         UDT_PACER
     }
 
-    fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
-        self.ack2.take()
+    fn take_control_datagram(&mut self, now: Duration) -> Option<u64> {
+        self.ack2.take(now)
     }
 }
 
@@ -838,20 +955,55 @@ mod tests {
     #[test]
     fn the_sender_learns_a_round_trip_a_round_trip_late() {
         let mut rtt = UdtRtt::default();
+        let mut clock = Ack2Clock::default();
         // A full ACK at 300 ms (its packet left at 0): the receiver still has its initial
         // 100 ms, and the ACK2 answering it leaves now.
-        rtt.on_ack(ms(300), ms(0), ms(300), true);
+        assert_eq!(rtt.on_ack(&mut clock, ms(300), ms(0), ms(300)), 1);
         assert_eq!(rtt.us(), 100_000);
-        // Packets sent before the ACK2 left bring no sample.
-        rtt.on_ack(ms(305), ms(5), ms(300), false);
+        // Packets sent before the ACK2 left bring no sample (and are not yet acknowledged).
+        assert_eq!(rtt.on_ack(&mut clock, ms(305), ms(5), ms(300)), 0);
         assert_eq!(rtt.receiver_us, 100_000);
-        // The first packet sent after it carries it to the receiver: a 300 ms sample there...
-        rtt.on_ack(ms(600), ms(300), ms(300), false);
+        // The first packet sent after it (at 302) carries it to the receiver: a 300 ms sample
+        // there. The ACK2 arrived 2 ms ahead of that packet, when the ACK timer (due at 310) had
+        // run out and data was unacknowledged: the receiver sent a full ACK at once, with the
+        // new estimate; the packet's own ACK, 2 ms later, is not a full one.
+        assert_eq!(rtt.on_ack(&mut clock, ms(602), ms(302), ms(300)), 1);
         assert_eq!(rtt.receiver_us, 125_000);
-        assert_eq!(rtt.us(), 100_000);
-        // ... which the sender copies from the next full ACK.
-        rtt.on_ack(ms(610), ms(310), ms(300), true);
         assert_eq!(rtt.us(), 125_000);
+        assert_eq!((clock.take(ms(602)), clock.take(ms(602)), clock.take(ms(602))), (Some(20), Some(20), None));
+    }
+
+    #[test]
+    fn an_ack2_that_arrives_before_the_ack_timer_runs_out_waits_for_the_next_full_ack() {
+        let mut rtt = UdtRtt::default();
+        let mut clock = Ack2Clock::default();
+        // A 5 ms path: a full ACK at 10 ms, its ACK2 leaves then, the timer runs to 20 ms.
+        assert_eq!(rtt.on_ack(&mut clock, ms(10), ms(5), ms(5)), 1);
+        // The packet sent at 11 carries the ACK2, which arrived at 15: a 5 ms sample at the
+        // receiver, whose timer still runs; the sender keeps 100 ms.
+        assert_eq!(rtt.on_ack(&mut clock, ms(16), ms(11), ms(5)), 0);
+        assert_eq!(rtt.receiver_us, (100_000 * 7 + 5_000) >> 3);
+        assert_eq!(rtt.us(), 100_000);
+        // The next full ACK brings it.
+        assert_eq!(rtt.on_ack(&mut clock, ms(21), ms(16), ms(5)), 1);
+        assert_eq!(rtt.us(), (100_000 * 7 + 5_000) >> 3);
+    }
+
+    #[test]
+    fn the_receiver_acknowledges_the_connection_before_any_data() {
+        // The first packet leaves at 50 ms; the ACK sent with no data reaches the sender 10 ms
+        // later, is answered by an ACK2 then, and starts the receiver's ACK timer.
+        let mut p = Pcc2017::with_seed(1);
+        p.on_send(ms(50), 0);
+        assert_eq!(p.take_control_datagram(ms(59)), None);
+        assert_eq!(p.take_control_datagram(ms(60)), Some(ACK2_PAYLOAD_BYTES));
+        assert_eq!(p.take_control_datagram(ms(60)), None);
+        // The next packet sent after the ACK2 left carries it: its round trip is the sample.
+        p.on_send(ms(62), 1);
+        p.on_ack(&AckEvent::lone(ms(110), 0, ms(50), PAYLOAD_BYTES));
+        assert_eq!(p.rtt.receiver_us, INITIAL_RTT_US);
+        p.on_ack(&AckEvent::lone(ms(122), 1, ms(62), PAYLOAD_BYTES));
+        assert_eq!(p.rtt.receiver_us, (INITIAL_RTT_US * 7 + 60_000) >> 3);
     }
 
     #[test]

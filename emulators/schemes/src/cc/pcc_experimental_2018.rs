@@ -71,10 +71,9 @@
 //! port writes its own calls in the same format where [`TRACE_ENV`] names a directory.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::time::Duration;
 
+use super::call_trace::CallTrace;
 use super::pcc_2017::{Coin, Rng, SendBuffer, SEND_CALL_BYTES, UDT_HEADER_BYTES};
 use super::vivace_2018::trunc_i32 as x86_trunc;
 use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
@@ -677,54 +676,18 @@ struct Outstanding {
     done: bool,
 }
 
-/// Names a directory where the controller writes its law's calls, `trace-port-PID-µs.txt` (µs
-/// since the epoch at the first call), in the
+/// Names a directory where the controller writes its law's calls ([`CallTrace`]), in the
 /// format of the reference tracer's (`experiments/reference_traces.py pcc_experimental`, which
-/// reads the same variable in the reference wrapper): the port's calls and the binary's, line
-/// for line. The file is written in 64 KiB blocks of whole lines, so a run that is killed ends
-/// it at a line up to 64 KiB before its last call.
+/// reads the same variable in the reference wrapper): each call and the law's state at its
+/// entry, the port's calls and the binary's line for line.
 pub const TRACE_ENV: &str = "PCC_EXPERIMENTAL_TRACE";
 
-/// The trace [`TRACE_ENV`] asks for, opened at the first call.
-#[derive(Debug, Default)]
-enum CallTrace {
-    #[default]
-    Unopened,
-    Off,
-    On(BufWriter<File>),
-}
-
-impl CallTrace {
-    /// Writes `call` and the law's state at its entry, as the reference tracer does.
-    fn write(&mut self, call: std::fmt::Arguments, law: &PccSender) {
-        if let CallTrace::Unopened = self {
-            *self = match std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty()) {
-                None => CallTrace::Off,
-                Some(dir) => {
-                    // The process id alone repeats: each run's endpoint is process 2 of its namespace.
-                    let started =
-                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-                    let name = format!("trace-port-{}-{started}.txt", std::process::id());
-                    let path = std::path::Path::new(&dir).join(name);
-                    match File::create(&path) {
-                        Ok(f) => CallTrace::On(BufWriter::with_capacity(1 << 16, f)),
-                        Err(e) => {
-                            eprintln!("{TRACE_ENV}: cannot create {} ({e}); running untraced", path.display());
-                            CallTrace::Off
-                        }
-                    }
-                }
-            };
-        }
-        if let CallTrace::On(out) = self {
-            let state: Vec<String> = law.trace_fields().iter().map(|v| format!("{v:?}")).collect();
-            // One write per line: the buffer flushes whole lines only.
-            let line = format!("{call} | {}\n", state.join(" "));
-            if out.write_all(line.as_bytes()).is_err() {
-                *self = CallTrace::Off;
-            }
-        }
-    }
+/// Writes `call` and the law's state at its entry, as the reference tracer does.
+fn trace_call(trace: &mut CallTrace, call: std::fmt::Arguments, law: &PccSender) {
+    trace.write_line(|| {
+        let state: Vec<String> = law.trace_fields().iter().map(|v| format!("{v:?}")).collect();
+        format!("{call} | {}", state.join(" "))
+    });
 }
 
 /// PCC-Uspace's UDT sender around [`PccSender`].
@@ -758,7 +721,7 @@ impl PccExperimental2018 {
             rttvar_us: INITIAL_UDT_RTTVAR_US,
             outstanding: VecDeque::new(),
             blocks: SendBuffer::new(UDT_PAYLOAD_BYTES, SEND_CALL_BYTES),
-            trace: CallTrace::default(),
+            trace: CallTrace::new(TRACE_ENV, 1 << 16),
         }
     }
 
@@ -786,7 +749,7 @@ impl PccExperimental2018 {
             self.outstanding.pop_front();
             self.blocks.on_lost(p.bytes);
             let lost = (Self::packet(p.seq), p.bytes);
-            self.trace.write(format_args!("C {now} 0 - {}:0:{}", lost.0, lost.1), &self.law);
+            trace_call(&mut self.trace, format_args!("C {now} 0 - {}:0:{}", lost.0, lost.1), &self.law);
             self.law.on_congestion_event(now, 0, None, Some(lost));
             self.pop_done();
         }
@@ -815,7 +778,7 @@ impl Controller for PccExperimental2018 {
                 p.done = true;
                 let acked = (Self::packet(ack.seq), p.bytes);
                 self.pop_done();
-                self.trace.write(format_args!("C {now} {sample} {}:{}:0 -", acked.0, acked.1), &self.law);
+                trace_call(&mut self.trace, format_args!("C {now} {sample} {}:{}:0 -", acked.0, acked.1), &self.law);
                 self.law.on_congestion_event(now, sample, Some(acked), None);
             }
         }
@@ -829,7 +792,7 @@ impl Controller for PccExperimental2018 {
         let now = micros(now);
         let bytes = self.blocks.on_send();
         self.outstanding.push_back(Outstanding { seq, sent_us: now, bytes, done: false });
-        self.trace.write(format_args!("P {now} {} {bytes}", Self::packet(seq)), &self.law);
+        trace_call(&mut self.trace, format_args!("P {now} {} {bytes}", Self::packet(seq)), &self.law);
         self.law.on_packet_sent(now, Self::packet(seq), bytes, &mut self.rng);
     }
 

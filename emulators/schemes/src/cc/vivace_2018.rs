@@ -756,8 +756,8 @@ impl Controller for Vivace2018 {
         UDT_PACER
     }
 
-    fn take_control_datagram(&mut self, _now: Duration) -> Option<u64> {
-        self.ack2.take()
+    fn take_control_datagram(&mut self, now: Duration) -> Option<u64> {
+        self.ack2.take(now)
     }
 }
 
