@@ -194,9 +194,7 @@ impl Ack2Clock {
             self.unacked_data = true;
             return false;
         }
-        self.next_full_ack = now + ACK_INTERVAL;
-        self.due += 1;
-        self.unacked_data = false;
+        self.full_ack(now);
         true
     }
 
@@ -206,10 +204,16 @@ impl Ack2Clock {
         if at < self.next_full_ack || !self.unacked_data {
             return false;
         }
+        self.full_ack(at);
+        true
+    }
+
+    /// The receiver sends a full ACK at `at`: it acknowledges all data so far, restarts the
+    /// timer, and the sender owes an ACK2 for it.
+    fn full_ack(&mut self, at: Duration) {
         self.next_full_ack = at + ACK_INTERVAL;
         self.due += 1;
         self.unacked_data = false;
-        true
     }
 
     /// The sender's first data packet left at `first_send`: the receiver's ACK with no data
