@@ -62,6 +62,17 @@ def read_trace(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(starts), pd.DataFrame(ends)
 
 
+def mbps(period_us):
+    """The pacing rate, Mbit/s, of a pacing period in µs (a number or a column of them)."""
+    return MSS_BYTES * 8 / period_us
+
+
+def report_overlap(lengths: list[int]) -> int:
+    """How many packets past MIs of `lengths` packets the report that ends the last of them
+    holds (`k`): reports come one per REPORT_BATCH packets received, from the first."""
+    return REPORT_BATCH - sum(lengths) % REPORT_BATCH
+
+
 def side_of(path: Path) -> str:
     return "port" if path.name.startswith("trace-port-") else "upstream"
 
@@ -101,12 +112,12 @@ def joiners(directory: Path, flows: int) -> list[dict]:
                 incumbents = 0.0
                 for s, _ in run[:j]:
                     before = s[(s["t_us"] >= joined - 1_000_000) & (s["t_us"] < joined)]
-                    incumbents += (MSS_BYTES * 8 / before["period_us"]).mean() if len(before) else 0.0
+                    incumbents += mbps(before["period_us"]).mean() if len(before) else 0.0
                 n0, n1 = int(mis.loc[0, "total"]), int(mis.loc[1, "total"])
                 found.append({
                     "side": side_of(paths[first]), "run": first // flows + 1, "flow": j + 1,
-                    "incumbents Mbit/s": incumbents, "exit Mbit/s": MSS_BYTES * 8 / left["period_us"].iloc[0],
-                    "n0": n0, "n1": n1, "k1": REPORT_BATCH - (n0 + n1) % REPORT_BATCH,
+                    "incumbents Mbit/s": incumbents, "exit Mbit/s": mbps(left["period_us"].iloc[0]),
+                    "n0": n0, "n1": n1, "k1": report_overlap([n0, n1]),
                     "MI0 rtt ms": mis.loc[0, "rtt_us"] / 1000, "MI1 rtt ms": mis.loc[1, "rtt_us"] / 1000,
                 })
     return found
@@ -126,9 +137,9 @@ def start_up(path: Path) -> dict | None:
     return {
         "side": side_of(path),
         "path RTT ms": round(first.loc[0, "rtt_us"] / 10_000) * 10,
-        "exit Mbit/s": MSS_BYTES * 8 / exit_start["period_us"],
+        "exit Mbit/s": mbps(exit_start["period_us"]),
         "n0": lengths[0], "n1": lengths[1], "n2": lengths[2],
-        "k": REPORT_BATCH - sum(lengths) % REPORT_BATCH,
+        "k": report_overlap(lengths),
         "RTT@MI1 ms": rtt_at.get(1, float("nan")) / 1000,
         "RTT@MI2 ms": rtt_at.get(2, float("nan")) / 1000,
         "MI1 rtt ms": first.loc[1, "rtt_us"] / 1000, "MI1 u": first.loc[1, "utility"],
