@@ -133,7 +133,8 @@ def start_up(path: Path) -> dict | None:
     if not {0, 1, 2} <= set(first.index):
         return None
     lengths = [int(first.loc[m, "total"]) for m in (0, 1, 2)]
-    rtt_at = starts.set_index("mi")["rtt_us"]
+    # MI numbers wrap at 100: start-up is the first lap.
+    rtt_at = starts.drop_duplicates("mi").set_index("mi")["rtt_us"]
     return {
         "side": side_of(path),
         "path RTT ms": round(first.loc[0, "rtt_us"] / 10_000) * 10,
