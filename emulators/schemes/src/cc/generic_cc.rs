@@ -35,7 +35,7 @@ pub const DATAGRAM_BYTES: u64 = 1440;
 /// The transport's own pacer is left open: upstream paces by its `last_send` rule only.
 pub const UNPACED: f64 = 1e12;
 /// How the loop waits: `poll` with the remaining time truncated to whole ms.
-pub const PACER: Pacer = Pacer { catch_up: CatchUp::Bounded, busy_wait: false, whole_ms_poll: true, spin_guard: None };
+pub const PACER: Pacer = Pacer { catch_up: CatchUp::Bounded, busy_wait: false, whole_ms_poll: true };
 /// `cwnd` while the loop's window test holds.
 const OPEN_WINDOW: u64 = 1 << 40;
 

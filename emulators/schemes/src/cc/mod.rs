@@ -143,12 +143,6 @@ pub struct Pacer {
     /// then spin through the sub-millisecond rest, so it wakes on time to the microsecond and
     /// keeps a core busy only while a wait under 1 ms is left (always, at gaps under 1 ms).
     pub whole_ms_poll: bool,
-    /// With `busy_wait`: sleep (a datagram still wakes it) until this long before the slot and
-    /// spin only the rest. The sends of a spinner that has a core to itself, to the microsecond
-    /// while the sleep overruns less than the guard, without taking a core from the other
-    /// spinners of a multi-flow run on a small host, where three spinning senders on two cores
-    /// send late and never make it up (experiments/README, "pcc-2017 on a spinner's own core").
-    pub spin_guard: Option<Duration>,
 }
 
 /// The one interface between the transport and a congestion-control algorithm.

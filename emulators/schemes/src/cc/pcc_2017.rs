@@ -80,14 +80,7 @@ use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
 /// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
 /// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
 /// (preemption) is never made up.
-pub const UDT_PACER: Pacer =
-    Pacer { catch_up: CatchUp::Never, busy_wait: true, whole_ms_poll: false, spin_guard: None };
-/// pcc-2017's sends are UDT's as on a host where each sender spins on a core of its own: it
-/// sleeps to 500 µs before each slot (this host's timers wake 0.05–0.2 ms late), then spins.
-/// A 3-flow run's three spinners on a 2-core host otherwise send late, and never make it up;
-/// its reference build is patched the same way (experiments/README, "pcc-2017 on a spinner's
-/// own core").
-const PCC_2017_PACER: Pacer = Pacer { spin_guard: Some(Duration::from_micros(500)), ..UDT_PACER };
+pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true, whole_ms_poll: false };
 
 /// UDT's MSS after Pantheon's patch: one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1464;
@@ -894,7 +887,7 @@ impl Controller for Pcc2017 {
     }
 
     fn pacer(&self) -> Pacer {
-        PCC_2017_PACER
+        UDT_PACER
     }
 
     fn take_control_datagram(&mut self, now: Duration) -> Option<u64> {

@@ -818,7 +818,7 @@ impl Controller for PccExperimental2018 {
     fn pacer(&self) -> Pacer {
         // The rewritten UDT's `CUDT::packData` banks lateness in `m_ullTimeDiff` and sends
         // early until it is spent; its send queue busy-waits as the older UDT's.
-        Pacer { catch_up: CatchUp::Unbounded, busy_wait: true, whole_ms_poll: false, spin_guard: None }
+        Pacer { catch_up: CatchUp::Unbounded, busy_wait: true, whole_ms_poll: false }
     }
 
     fn timer_deadline(&self) -> Option<Duration> {

@@ -471,7 +471,7 @@ mod tests {
     fn a_late_send_is_made_up_only_where_the_pacer_allows() {
         // Slots every 1 ms; the second send leaves 5 ms late.
         let next_slot = |catch_up| {
-            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false, spin_guard: None };
+            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false };
             let mut c = SenderCore::new(Box::new(Probe { pacer, ..Probe::default() }), 1, 1000, ms(100));
             assert_eq!(c.pacer(), pacer);
             c.on_send(ms(0));
@@ -484,7 +484,7 @@ mod tests {
         // The first send, however long after the flow started (a handshake over a long path),
         // starts the grid: no burst to make up the wait.
         for catch_up in [CatchUp::Bounded, CatchUp::Never, CatchUp::Unbounded] {
-            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false, spin_guard: None };
+            let pacer = Pacer { catch_up, busy_wait: true, whole_ms_poll: false };
             let mut c = SenderCore::new(Box::new(Probe { pacer, ..Probe::default() }), 1, 1000, ms(100));
             c.on_send(ms(300));
             assert_eq!(c.send_allowed_at(), Some(ms(301)), "{catch_up:?}");

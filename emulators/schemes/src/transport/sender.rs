@@ -148,7 +148,7 @@ fn send_to_peer(
     let payload = cc.payload_bytes().map_or(fill, |b| (b as usize).clamp(DATA_HEADER_BYTES, MAX_DATAGRAM_BYTES));
     net::set_fragmentation(&sock, &peer, payload > fill).map_err(|e| format!("cannot set don't-fragment: {e}"))?;
     let mut core = SenderCore::new(cc, flow, payload as u64, initial_rtt);
-    let Pacer { busy_wait, whole_ms_poll, spin_guard, .. } = core.pacer();
+    let Pacer { busy_wait, whole_ms_poll, .. } = core.pacer();
     let send_batch = if core.controller().acks_between_sends() { 1 } else { MAX_SEND_BATCH };
     // Non-zero filler: nothing on the path should be able to compress the probe.
     let mut data: Vec<u8> = (0..payload).map(|i| (i as u8).wrapping_mul(151).wrapping_add(7)).collect();
@@ -227,11 +227,8 @@ fn send_to_peer(
         }
         if timeout != Some(Duration::ZERO) {
             match wakeup {
-                // A busy-waiting upstream spins to its slot (perhaps after a sleep to a guard
-                // before it); an ACK still ends the wait.
-                Some(at) if busy_wait && !blocked && core.send_allowed_at() == Some(at) => {
-                    sleep_to_guard_then_spin(fd, at, spin_guard, clock)?
-                }
+                // A busy-waiting upstream spins to its slot; an ACK still ends the wait.
+                Some(at) if busy_wait && !blocked && core.send_allowed_at() == Some(at) => spin_until(fd, at, clock)?,
                 // A loop polling in whole ms sleeps those, then spins the rest (its `poll(int)`).
                 Some(at) if whole_ms_poll && !blocked => poll_whole_ms_then_spin(fd, at, clock)?,
                 _ => {
@@ -248,23 +245,6 @@ fn poll_whole_ms_then_spin(fd: i32, at: Duration, clock: impl Fn() -> Duration) 
     let whole = Duration::from_millis(at.saturating_sub(clock()).as_millis() as u64);
     if !whole.is_zero() && net::wait(fd, false, Some(whole)).map_err(|e| format!("poll failed: {e}"))?.readable {
         return Ok(());
-    }
-    spin_until(fd, at, clock)
-}
-
-/// Waits as a spinner on a core of its own until `clock()` reaches `at` or the socket has
-/// something to read: with a `guard`, a sleep to `guard` before `at`, then a spin.
-fn sleep_to_guard_then_spin(
-    fd: i32,
-    at: Duration,
-    guard: Option<Duration>,
-    clock: impl Fn() -> Duration,
-) -> Result<(), String> {
-    if let Some(guard) = guard {
-        let left = at.saturating_sub(clock());
-        if left > guard && net::wait(fd, false, Some(left - guard)).map_err(|e| format!("poll failed: {e}"))?.readable {
-            return Ok(());
-        }
     }
     spin_until(fd, at, clock)
 }
@@ -449,41 +429,5 @@ mod tests {
         let at = clock() + Duration::from_secs(60);
         poll_whole_ms_then_spin(sock.as_raw_fd(), at, clock).unwrap();
         assert!(clock() < at);
-    }
-
-    /// This thread's CPU time so far.
-    fn thread_cpu() -> Duration {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: a valid clock id and a live timespec.
-        assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) }, 0);
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-
-    /// pcc-2017's wait: never before its slot, a datagram ends it, and with a guard it sleeps
-    /// through all but the guard (a 50 ms wait costs the thread far less than 50 ms of CPU).
-    #[test]
-    fn a_guarded_spin_sleeps_to_its_guard_and_wakes_at_its_slot() {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let start = Instant::now();
-        let clock = || start.elapsed();
-        let guard = Some(Duration::from_micros(500));
-        for wait_us in [50_000, 300] {
-            let (at, cpu) = (clock() + Duration::from_micros(wait_us), thread_cpu());
-            sleep_to_guard_then_spin(sock.as_raw_fd(), at, guard, clock).unwrap();
-            assert!(clock() >= at, "woke before a {wait_us} µs slot");
-            if wait_us == 50_000 {
-                let spent = thread_cpu() - cpu;
-                assert!(spent < Duration::from_millis(25), "spun {spent:?} of a 50 ms wait");
-            }
-        }
-        // Without a guard it spins the whole wait.
-        let (at, cpu) = (clock() + Duration::from_millis(20), thread_cpu());
-        sleep_to_guard_then_spin(sock.as_raw_fd(), at, None, clock).unwrap();
-        assert!(thread_cpu() - cpu > Duration::from_millis(2), "a spinner without a guard slept");
-        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
-        peer.send_to(b"ack", sock.local_addr().unwrap()).unwrap();
-        let at = clock() + Duration::from_secs(60);
-        sleep_to_guard_then_spin(sock.as_raw_fd(), at, guard, clock).unwrap();
-        assert!(clock() < at, "a datagram did not end the sleep");
     }
 }
