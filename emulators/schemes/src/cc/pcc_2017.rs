@@ -70,11 +70,12 @@
 //! wire (every 71st, [`SendBuffer`]), and a resend has its lost block's size, as the port's do;
 //! the transport declares the losses (UDT's receiver reports a gap at once, in a NAK).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::call_trace::CallTrace;
 use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
+use crate::transport::core::REORDER_THRESHOLD;
 
 /// UDT's send queue busy-waits to each packet's time (`CTimer::sleepto` spins on rdtsc:
 /// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
@@ -168,6 +169,14 @@ impl Coin for Rng {
 /// [`ACK_INTERVAL`] or more after the last one. An ACK2's arrival is such an event too
 /// ([`UdtRtt::on_ack`] dates it), and right after the handshake the timer sends one ACK with no
 /// data ([`Ack2Clock::connect`]).
+///
+/// While a loss holds the receiver's ACK number (the first sequence in its loss list, until
+/// the resend arrives), a due timer sends no full ACK unless `RTT + 4·RTTVar` (the receiver's)
+/// have passed since the last one (`sendCtrl(2)`: `ack == m_iRcvLastAck`); the timer restarts
+/// either way. So a lossy, full queue carries few ACK2s: the reference build's uplink logs of
+/// 3x 12/20/100 show 44–59 small packets a second in its lossiest phases, where 3 flows send
+/// about 270. The sender tracks those losses as holes ([`Ack2Clock::open_hole`]); a controller
+/// that opens none keeps a full ACK every 10 ms.
 #[derive(Clone, Debug, Default)]
 pub struct Ack2Clock {
     next_full_ack: Duration,
@@ -176,6 +185,16 @@ pub struct Ack2Clock {
     unacked_data: bool,
     /// When the ACK2 answering the ACK sent with no data leaves, if it has not yet.
     connect_ack2_at: Option<Duration>,
+    /// When the receiver last sent a full ACK.
+    last_full_ack: Duration,
+    /// The receiver's losses not yet repaired, by id (opened in order): its ACK number is the
+    /// first's.
+    holes: BTreeSet<u64>,
+    opened: u64,
+    /// The first hole when the last full ACK was sent.
+    hole_at_last_ack: Option<u64>,
+    /// The receiver's `RTT + 4·RTTVar`, after which it repeats an unchanged ACK.
+    repeat_after: Duration,
 }
 
 /// How long after the sender's first data packet the ACK the receiver sends with no data
@@ -190,7 +209,7 @@ impl Ack2Clock {
     /// A data packet's ACK arrived at `now`; true when it stands for a full ACK (an ACK2 is
     /// then owed).
     pub fn on_ack(&mut self, now: Duration) -> bool {
-        if now < self.next_full_ack {
+        if now < self.next_full_ack || self.ack_held(now) {
             self.unacked_data = true;
             return false;
         }
@@ -198,10 +217,39 @@ impl Ack2Clock {
         true
     }
 
+    /// The receiver's timer ran out at `at` while a loss holds the ACK number it last sent:
+    /// true (and the timer restarts) unless it is time to repeat that ACK.
+    fn ack_held(&mut self, at: Duration) -> bool {
+        let first = self.holes.first().copied();
+        let held = first.is_some() && first == self.hole_at_last_ack && at < self.last_full_ack + self.repeat_after;
+        if held {
+            self.next_full_ack = at + ACK_INTERVAL;
+        }
+        held
+    }
+
+    /// The receiver found a packet missing; returns the hole's id.
+    pub fn open_hole(&mut self) -> u64 {
+        self.opened += 1;
+        self.holes.insert(self.opened);
+        self.opened
+    }
+
+    /// The resend of hole `id` arrived.
+    pub fn close_hole(&mut self, id: u64) {
+        self.holes.remove(&id);
+    }
+
+    /// The receiver's RTT and RTT variation changed: it repeats an unchanged ACK after
+    /// `RTT + 4·RTTVar`.
+    pub fn set_repeat_after(&mut self, repeat_after: Duration) {
+        self.repeat_after = repeat_after;
+    }
+
     /// An ACK2 reached the receiver at `at`; true when the receiver sent a full ACK then (its
     /// timer had run out and data had arrived since the last): an ACK2 is owed for it too.
     pub fn on_ack2_arrival(&mut self, at: Duration) -> bool {
-        if at < self.next_full_ack || !self.unacked_data {
+        if at < self.next_full_ack || !self.unacked_data || self.ack_held(at) {
             return false;
         }
         self.full_ack(at);
@@ -214,6 +262,8 @@ impl Ack2Clock {
         self.next_full_ack = at + ACK_INTERVAL;
         self.due += 1;
         self.unacked_data = false;
+        self.last_full_ack = at;
+        self.hole_at_last_ack = self.holes.first().copied();
     }
 
     /// The sender's first data packet left at `first_send`: the receiver's ACK with no data
@@ -236,6 +286,51 @@ impl Ack2Clock {
             self.due -= 1;
             ACK2_PAYLOAD_BYTES
         })
+    }
+}
+
+/// The losses UDT's receiver holds its ACK number on, as the sender sees them: each loss opens a
+/// hole in the [`Ack2Clock`] until its resend arrives, and a lost resend's hole waits for the
+/// next one (UDT resends in the order the losses were found, as [`SendBuffer`] does).
+#[derive(Clone, Debug, Default)]
+pub struct Repairs {
+    /// Holes whose block waits to be resent, oldest first.
+    queued: VecDeque<u64>,
+    /// Resends on their way: (sequence, hole).
+    sent: Vec<(u64, u64)>,
+    /// The highest sequence acknowledged so far.
+    highest_acked: u64,
+}
+
+impl Repairs {
+    /// The packet `seq` was declared lost.
+    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) {
+        let hole = match self.sent.iter().position(|&(s, _)| s == seq) {
+            Some(i) => self.sent.swap_remove(i).1,
+            None => clock.open_hole(),
+        };
+        self.queued.push_back(hole);
+    }
+
+    /// The packet `seq` left; `resend`: it carried a lost block.
+    pub fn on_send(&mut self, seq: u64, resend: bool) {
+        if let Some(hole) = resend.then(|| self.queued.pop_front()).flatten() {
+            self.sent.push((seq, hole));
+        }
+    }
+
+    /// The packet `seq` was acknowledged: a resend closes its hole, and so does one the
+    /// transport would already have declared lost had it not arrived (its ACK was lost).
+    pub fn on_ack(&mut self, clock: &mut Ack2Clock, seq: u64) {
+        let settled = self.highest_acked;
+        self.sent.retain(|&(s, hole)| {
+            let arrived = s == seq || s + REORDER_THRESHOLD <= settled;
+            if arrived {
+                clock.close_hole(hole);
+            }
+            !arrived
+        });
+        self.highest_acked = self.highest_acked.max(seq);
     }
 }
 
@@ -316,6 +411,9 @@ pub struct UdtRtt {
     sender_us: i64,
     /// The receiver's estimate, µs.
     receiver_us: i64,
+    /// The receiver's RTT variation (`m_iRTTVar`: half the initial RTT, then a 3/4 EWMA of
+    /// each sample's distance from the estimate), µs.
+    receiver_var_us: i64,
     /// Send times of the ACK2s still on their way to the receiver.
     ack2_in_flight: std::collections::VecDeque<Duration>,
     /// When the last data packet's ACK arrived.
@@ -327,6 +425,7 @@ impl Default for UdtRtt {
         Self {
             sender_us: INITIAL_RTT_US,
             receiver_us: INITIAL_RTT_US,
+            receiver_var_us: INITIAL_RTT_US >> 1,
             ack2_in_flight: Default::default(),
             last_ack: Duration::ZERO,
         }
@@ -350,9 +449,13 @@ impl UdtRtt {
     pub fn on_ack(&mut self, clock: &mut Ack2Clock, now: Duration, sent_at: Duration, rtt: Duration) -> u32 {
         let mut full_acks = 0;
         let mut answered = Vec::new();
+        clock.set_repeat_after(self.receiver_repeat_after());
         while let Some(&left) = self.ack2_in_flight.front().filter(|&&t| t <= sent_at) {
             self.ack2_in_flight.pop_front();
-            self.receiver_us = (self.receiver_us * 7 + rtt.as_micros() as i64) >> 3;
+            let sample = rtt.as_micros() as i64;
+            self.receiver_var_us = (self.receiver_var_us * 3 + (sample - self.receiver_us).abs()) >> 2;
+            self.receiver_us = (self.receiver_us * 7 + sample) >> 3;
+            clock.set_repeat_after(self.receiver_repeat_after());
             let arrived = (now - (sent_at - left)).max(self.last_ack);
             if clock.on_ack2_arrival(arrived) {
                 self.sender_us = self.receiver_us;
@@ -370,6 +473,11 @@ impl UdtRtt {
             self.send_ack2(left);
         }
         full_acks
+    }
+
+    /// How long the receiver waits to repeat an unchanged ACK: `RTT + 4·RTTVar`.
+    fn receiver_repeat_after(&self) -> Duration {
+        Duration::from_micros((self.receiver_us + 4 * self.receiver_var_us).max(0) as u64)
     }
 
     /// An ACK2 leaves at `left`.
@@ -700,6 +808,7 @@ pub struct Pcc2017 {
     batch: Vec<i32>,
     rtt: UdtRtt,
     ack2: Ack2Clock,
+    repairs: Repairs,
     ended: u64,
     blocks: SendBuffer,
     trace: CallTrace,
@@ -724,6 +833,7 @@ impl Pcc2017 {
             batch: Vec::with_capacity(REPORT_BATCH),
             rtt: UdtRtt::default(),
             ack2: Ack2Clock::default(),
+            repairs: Repairs::default(),
             ended: 0,
             blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
             trace: CallTrace::new(TRACE_ENV, 0),
@@ -831,8 +941,10 @@ impl Controller for Pcc2017 {
     }
 
     fn on_ack(&mut self, ack: &AckEvent) {
-        // UDT's ACK timer: one full ACK per 10 ms, answered with an ACK2, whose arrival gives
-        // the receiver the RTT sample for its 7/8 EWMA.
+        // A resend that arrives moves the receiver's ACK number on.
+        self.repairs.on_ack(&mut self.ack2, ack.seq);
+        // UDT's ACK timer: one full ACK per 10 ms (fewer while a loss holds the ACK number),
+        // answered with an ACK2, whose arrival gives the receiver the RTT sample for its 7/8 EWMA.
         if self.rtt.on_ack(&mut self.ack2, ack.now, ack.sent_at, ack.rtt) > 0 {
             let (now, rtt) = (ack.now.as_micros(), self.rtt.us());
             self.trace.write_line(|| format!("A {now} {rtt}"));
@@ -847,6 +959,7 @@ impl Controller for Pcc2017 {
     /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
     fn on_loss(&mut self, loss: &LossEvent) {
         self.blocks.on_lost(loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64);
+        self.repairs.on_loss(&mut self.ack2, loss.seq);
     }
 
     fn on_send(&mut self, now: Duration, seq: u64) {
@@ -855,6 +968,7 @@ impl Controller for Pcc2017 {
             let left = self.ack2.connect(now);
             self.rtt.send_ack2(left);
         }
+        self.repairs.on_send(seq, !self.blocks.resend.is_empty());
         self.blocks.on_send();
         if self.monitor_ttl == 0 {
             self.start_monitor(now, seq);
@@ -975,6 +1089,53 @@ mod tests {
         assert_eq!(rtt.receiver_us, 125_000);
         assert_eq!(rtt.us(), 125_000);
         assert_eq!((clock.take(ms(602)), clock.take(ms(602)), clock.take(ms(602))), (Some(20), Some(20), None));
+    }
+
+    #[test]
+    fn a_loss_holds_the_receivers_ack_until_its_resend_arrives() {
+        let mut clock = Ack2Clock::default();
+        clock.set_repeat_after(ms(150));
+        assert!(clock.on_ack(ms(10)));
+        let hole = clock.open_hole();
+        assert!(clock.on_ack(ms(20)), "the ACK number moved on to the hole: a full ACK");
+        // It stays there: the timer runs out every 10 ms and sends nothing...
+        for t in [30, 40, 100] {
+            assert!(!clock.on_ack(ms(t)), "{t} ms");
+        }
+        assert!(!clock.on_ack2_arrival(ms(120)), "nor does an ACK2's arrival");
+        assert!(!clock.on_ack(ms(169)));
+        // ...until RTT + 4·RTTVar after the last full ACK, which it repeats.
+        assert!(clock.on_ack(ms(185)));
+        assert!(!clock.on_ack(ms(195)));
+        // The resend arrives: the ACK number moves on, and every due timer sends again.
+        clock.close_hole(hole);
+        assert!(clock.on_ack(ms(205)));
+        assert!(clock.on_ack(ms(215)));
+        assert_eq!(clock.due, 5);
+    }
+
+    #[test]
+    fn a_resend_closes_its_hole_and_a_lost_resend_keeps_it_open() {
+        let mut clock = Ack2Clock::default();
+        let mut repairs = Repairs::default();
+        repairs.on_loss(&mut clock, 5);
+        repairs.on_send(9, false);
+        repairs.on_send(10, true);
+        // The resend is lost too: the same hole waits for the next one.
+        repairs.on_loss(&mut clock, 10);
+        repairs.on_send(14, true);
+        repairs.on_ack(&mut clock, 13);
+        assert_eq!(clock.holes.len(), 1);
+        repairs.on_ack(&mut clock, 14);
+        assert!(clock.holes.is_empty());
+        // A resend whose own ACK was lost: closed once an earlier ACK reached 3 packets past it
+        // (the transport would have declared it lost then, had it not arrived).
+        repairs.on_loss(&mut clock, 20);
+        repairs.on_send(30, true);
+        repairs.on_ack(&mut clock, 33);
+        assert_eq!(clock.holes.len(), 1);
+        repairs.on_ack(&mut clock, 34);
+        assert!(clock.holes.is_empty());
     }
 
     #[test]
