@@ -54,7 +54,9 @@
 //! (glibc `rand()` seeded with the clock upstream) come from a seeded generator.
 //!
 //! ACK2 on the data path: UDT's receiver sends a full ACK when its 10 ms ACK timer has run out
-//! and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`), and the sender answers every
+//! and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`), but not while a loss holds its
+//! ACK number (until the resend arrives) unless `RTT + 4·RTTVar` have passed since the last
+//! ([`Ack2Clock`], [`Repairs`]), and the sender answers every
 //! full ACK at once with an ACK2 (`CUDT::processCtrl` case 2: its 10 ms guard compares an
 //! rdtsc cycle count with a µs time, so it always passes; `sendCtrl(6)`), a 16-byte header and
 //! 4 bytes of padding (`CPacket::pack` case 6): a 48-byte IP packet on the sender's path, about
