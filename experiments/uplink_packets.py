@@ -4,11 +4,11 @@ control packets a second, how many more arrived than left, and the data's queuei
 Read from the raw mm-link uplink logs that `vs_pantheon_schemes.py --keep-logs DIR` keeps
 (`DIR/<row>/<scheme>-<side>-<n>/*_mm_datalink_run<n>.log`). A DropTail queue counted in packets
 gives a small packet a whole slot, so the share of small packets sets how much delay a full queue
-holds for the data: UDT's receiver sends its full ACKs, each answered by a 48-byte ACK2 on the data
-path, every 10 ms, but not while a loss holds its ACK number (experiments/README, "UDT's receiver
-holds its ACKs while a loss is outstanding"). Phases are the times between `--edges` (seconds of
-the engine's clock; the senders of Pantheon's `-f 3 --interval 10` start at about 3, 13 and
-23 s).
+holds for the data: UDT's receiver sends its full ACKs, each answered by an ACK2 on the data path
+(a 48-byte IP packet, 52 bytes in the link log), every 10 ms, but not while a loss holds its ACK
+number (experiments/README, "UDT's receiver holds its ACKs while a loss is outstanding"). Phases
+are the times between `--edges` (seconds of the engine's clock; the senders of Pantheon's
+`-f 3 --interval 10` start at about 3, 13 and 23 s).
 
     .venv/bin/python experiments/uplink_packets.py DIR [DIR ...] [--edges 3,13,23,33]
 """
@@ -26,7 +26,8 @@ import pandas as pd
 from calibrate.metrics import parse_datalink_log
 
 # Smaller than any data packet of the schemes measured here (pcc's short tail packet is 648
-# bytes on the link), larger than their control packets (UDT's ACK2: 52).
+# bytes in the link log), larger than their control packets (UDT's ACK2, a 48-byte IP packet: 52
+# in the link log, which counts 4 bytes more than the IP packet).
 SMALL_BYTES = 600
 
 
