@@ -70,20 +70,25 @@
 //! keep-alive when idle 1 s, shutdown) are left out: none recurs while data flows. Each
 //! 100 000-byte `UDT::send` of Pantheon's appclient ends in a short packet, 644 bytes on the
 //! wire (every 71st, [`SendBuffer`]), and a resend has its lost block's size, as the port's do;
-//! the transport declares the losses (UDT's receiver reports a gap at once, in a NAK).
+//! the transport declares a loss at the first later packet's ACK, as UDT's receiver reports a
+//! gap in a NAK at the packet that shows it (`CUDT::processData`, `sendCtrl(3)`), and the
+//! sender resends it next ([`NAK_AFTER`]).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::call_trace::CallTrace;
-use super::{AckEvent, CatchUp, Controller, LossEvent, Pacer};
-use crate::transport::core::REORDER_THRESHOLD;
+use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
 
 /// UDT's send queue busy-waits to each packet's time (`CTimer::sleepto` spins on rdtsc:
 /// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
 /// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
 /// (preemption) is never made up.
 pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true, whole_ms_poll: false };
+
+/// UDT's receiver reports a gap at the first packet past it: a packet is lost once one sent
+/// this many later has arrived.
+pub const NAK_AFTER: u64 = 1;
 
 /// UDT's MSS after Pantheon's patch: one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1464;
@@ -326,7 +331,7 @@ impl Repairs {
     pub fn on_ack(&mut self, clock: &mut Ack2Clock, seq: u64) {
         let settled = self.highest_acked;
         self.sent.retain(|&(s, hole)| {
-            let arrived = s == seq || s + REORDER_THRESHOLD <= settled;
+            let arrived = s == seq || s + NAK_AFTER <= settled;
             if arrived {
                 clock.close_hole(hole);
             }
@@ -1004,6 +1009,10 @@ impl Controller for Pcc2017 {
 
     fn pacer(&self) -> Pacer {
         UDT_PACER
+    }
+
+    fn loss_rule(&self) -> LossRule {
+        LossRule::Reorder(NAK_AFTER)
     }
 
     fn take_control_datagram(&mut self, now: Duration) -> Option<u64> {
