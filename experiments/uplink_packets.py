@@ -8,9 +8,12 @@ holds for the data: UDT's receiver sends its full ACKs, each answered by an ACK2
 (a 48-byte IP packet, 52 bytes in the link log), every 10 ms, but not while a loss holds its ACK
 number (experiments/README, "UDT's receiver holds its ACKs while a loss is outstanding"). Phases
 are the times between `--edges` (seconds of the engine's clock; the senders of Pantheon's
-`-f 3 --interval 10` start at about 3, 13 and 23 s).
+`-f 3 --interval 10` start at about 3, 13 and 23 s), or with `--from-first-data` seconds from each
+run's first data packet, which lines up runs whose senders started at different times (pcc-2017's
+start-up on 2/5/20: experiments/README, "pcc-2017 declares a loss where UDT's receiver NAKs it").
 
     .venv/bin/python experiments/uplink_packets.py DIR [DIR ...] [--edges 3,13,23,33]
+    .venv/bin/python experiments/uplink_packets.py DIR --from-first-data --edges 0,0.1,0.2,...
 """
 
 from __future__ import annotations
@@ -31,10 +34,17 @@ from calibrate.metrics import parse_datalink_log
 SMALL_BYTES = 600
 
 
-def phases(path: Path, edges: list[float]) -> list[dict]:
-    """One row per phase of the run whose uplink log is `path`."""
+def phases(path: Path, edges: list[float], from_first_data: bool = False) -> list[dict]:
+    """One row per phase of the run whose uplink log is `path`; with `from_first_data` the
+    edges count from the first data packet's arrival."""
     log = parse_datalink_log(path)
     arrived_s, left_s = log.arrival_ts / 1000, log.departure_ts / 1000
+    if from_first_data:
+        data = log.arrival_bytes >= SMALL_BYTES
+        if not data.any():
+            return []
+        first = arrived_s[data][0]
+        arrived_s, left_s = arrived_s - first, left_s - first
     rows = []
     for start, end in pairwise(edges):
         arrived = (arrived_s >= start) & (arrived_s < end)
@@ -48,6 +58,8 @@ def phases(path: Path, edges: list[float]) -> list[dict]:
             "arrived - left": int(arrived.sum() - left.sum()),
             "data queue p95 ms": (float(np.percentile(log.departure_delay[data_left], 95))
                                   if data_left.any() else float("nan")),
+            "data queue mean ms": (float(np.mean(log.departure_delay[data_left]))
+                                   if data_left.any() else float("nan")),
         })
     return rows
 
@@ -57,6 +69,8 @@ def main() -> int:
     parser.add_argument("dirs", nargs="+", type=Path, help="directories of --keep-logs")
     parser.add_argument("--edges", default="3,13,23,33",
                         help="phase boundaries, seconds of the engine's clock (default 3,13,23,33)")
+    parser.add_argument("--from-first-data", action="store_true",
+                        help="count --edges from each run's first data packet, not the engine's clock")
     args = parser.parse_args()
     try:
         edges = [float(e) for e in args.edges.split(",")]
@@ -77,19 +91,22 @@ def main() -> int:
                 print(f"{path}: not in a <scheme>-<side>-<n> directory of --keep-logs; skipped", file=sys.stderr)
                 continue
             scheme, side, number = run
-            for row in phases(path, edges):
+            for row in phases(path, edges, args.from_first_data):
                 rows.append({"dir": directory.name, "row": path.parent.parent.name, "scheme": scheme,
                              "side": side, "run": int(number), **row})
     if not rows:
         print("no run's uplink log found", file=sys.stderr)
         return 2
     table = pd.DataFrame(rows)
+    # Phases in time order, not as strings.
+    table["phase s"] = pd.Categorical(table["phase s"], categories=list(dict.fromkeys(table["phase s"])),
+                                      ordered=True)
     with pd.option_context("display.width", 200, "display.max_rows", None):
         print(table.round(1).to_string(index=False))
         print()
         print("Mean per side and phase")
-        print(table.groupby(["row", "side", "phase s"])[["small/s", "data/s", "arrived - left", "data queue p95 ms"]]
-              .mean().round(1).to_string())
+        columns = ["small/s", "data/s", "arrived - left", "data queue p95 ms", "data queue mean ms"]
+        print(table.groupby(["row", "side", "phase s"], observed=True)[columns].mean().round(1).to_string())
     return 0
 
 
