@@ -1139,7 +1139,7 @@ mod tests {
         assert_eq!(clock.holes.len(), 1);
         repairs.on_ack(&mut clock, 14);
         assert!(clock.holes.is_empty());
-        // A resend whose own ACK was lost: closed once an earlier ACK reached 3 packets past it
+        // A resend whose own ACK was lost: closed at the first ACK after one past it had come
         // (the transport would have declared it lost then, had it not arrived).
         repairs.on_loss(&mut clock, 20);
         repairs.on_send(30, true);
