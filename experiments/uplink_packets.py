@@ -39,27 +39,25 @@ def phases(path: Path, edges: list[float], from_first_data: bool = False) -> lis
     edges count from the first data packet's arrival."""
     log = parse_datalink_log(path)
     arrived_s, left_s = log.arrival_ts / 1000, log.departure_ts / 1000
+    data_in, data_out = log.arrival_bytes >= SMALL_BYTES, log.departure_bytes >= SMALL_BYTES
     if from_first_data:
-        data = log.arrival_bytes >= SMALL_BYTES
-        if not data.any():
+        if not data_in.any():
             return []
-        first = arrived_s[data][0]
+        first = arrived_s[data_in][0]
         arrived_s, left_s = arrived_s - first, left_s - first
     rows = []
     for start, end in pairwise(edges):
         arrived = (arrived_s >= start) & (arrived_s < end)
         left = (left_s >= start) & (left_s < end)
-        data_left = left & (log.departure_bytes >= SMALL_BYTES)
+        queue_ms = log.departure_delay[left & data_out]
         seconds = end - start
         rows.append({
             "phase s": f"{start:g}-{end:g}",
-            "small/s": np.sum(arrived & (log.arrival_bytes < SMALL_BYTES)) / seconds,
-            "data/s": np.sum(arrived & (log.arrival_bytes >= SMALL_BYTES)) / seconds,
+            "small/s": np.sum(arrived & ~data_in) / seconds,
+            "data/s": np.sum(arrived & data_in) / seconds,
             "arrived - left": int(arrived.sum() - left.sum()),
-            "data queue p95 ms": (float(np.percentile(log.departure_delay[data_left], 95))
-                                  if data_left.any() else float("nan")),
-            "data queue mean ms": (float(np.mean(log.departure_delay[data_left]))
-                                   if data_left.any() else float("nan")),
+            "data queue p95 ms": float(np.percentile(queue_ms, 95)) if queue_ms.size else float("nan"),
+            "data queue mean ms": float(np.mean(queue_ms)) if queue_ms.size else float("nan"),
         })
     return rows
 

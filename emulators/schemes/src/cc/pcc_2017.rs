@@ -182,8 +182,8 @@ impl Coin for Rng {
 /// have passed since the last one (`sendCtrl(2)`: `ack == m_iRcvLastAck`); the timer restarts
 /// either way. So a lossy, full queue carries few ACK2s: the reference build's uplink logs of
 /// 3x 12/20/100 show 23–165 a second for its 3 flows in phases where the queue overflowed, where
-/// the port, sending one every 10 ms, sent about 254. The sender tracks those losses as holes ([`Ack2Clock::open_hole`]); a controller
-/// that opens none keeps a full ACK every 10 ms.
+/// the port, sending one every 10 ms, sent about 254. The sender tracks those losses as holes
+/// ([`Ack2Clock::open_hole`]); a controller that opens none keeps a full ACK every 10 ms.
 #[derive(Clone, Debug, Default)]
 pub struct Ack2Clock {
     next_full_ack: Duration,
