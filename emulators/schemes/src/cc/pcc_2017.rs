@@ -312,11 +312,13 @@ pub struct Repairs {
 impl Repairs {
     /// The packet `seq` was declared lost.
     pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) {
-        let hole = match self.sent.iter().position(|&(s, _)| s == seq) {
-            Some(i) => self.sent.swap_remove(i).1,
-            None => clock.open_hole(),
-        };
-        self.queued.push_back(hole);
+        match self.sent.iter().position(|&(s, _)| s == seq) {
+            Some(i) => {
+                let hole = self.sent.swap_remove(i).1;
+                self.queued.push_front(hole);
+            }
+            None => self.queued.push_back(clock.open_hole()),
+        }
     }
 
     /// The packet `seq` left; `resend`: it carried a lost block.
@@ -965,7 +967,12 @@ impl Controller for Pcc2017 {
 
     /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
     fn on_loss(&mut self, loss: &LossEvent) {
-        self.blocks.on_lost(loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64);
+        let bytes = loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64;
+        if self.repairs.sent.iter().any(|&(s, _)| s == loss.seq) {
+            self.blocks.resend.push_front(bytes);
+        } else {
+            self.blocks.on_lost(bytes);
+        }
         self.repairs.on_loss(&mut self.ack2, loss.seq);
     }
 
