@@ -427,6 +427,7 @@ pub struct UdtRtt {
     ack2_in_flight: std::collections::VecDeque<Duration>,
     /// When the last data packet's ACK arrived.
     last_ack: Duration,
+    min_rtt: Duration,
 }
 
 impl Default for UdtRtt {
@@ -437,6 +438,7 @@ impl Default for UdtRtt {
             receiver_var_us: INITIAL_RTT_US >> 1,
             ack2_in_flight: Default::default(),
             last_ack: Duration::ZERO,
+            min_rtt: Duration::MAX,
         }
     }
 }
@@ -459,13 +461,14 @@ impl UdtRtt {
         let mut full_acks = 0;
         let mut answered = Vec::new();
         clock.set_repeat_after(self.receiver_repeat_after());
+        self.min_rtt = self.min_rtt.min(rtt);
         while let Some(&left) = self.ack2_in_flight.front().filter(|&&t| t <= sent_at) {
             self.ack2_in_flight.pop_front();
-            let sample = rtt.as_micros() as i64;
+            let arrived = (now - (sent_at - left)).min(left + self.min_rtt).max(self.last_ack);
+            let sample = (arrived - left).as_micros() as i64;
             self.receiver_var_us = (self.receiver_var_us * 3 + (sample - self.receiver_us).abs()) >> 2;
             self.receiver_us = (self.receiver_us * 7 + sample) >> 3;
             clock.set_repeat_after(self.receiver_repeat_after());
-            let arrived = (now - (sent_at - left)).max(self.last_ack);
             if clock.on_ack2_arrival(arrived) {
                 self.sender_us = self.receiver_us;
                 answered.push(arrived);
