@@ -183,7 +183,9 @@ impl Coin for Rng {
 /// either way. So a lossy, full queue carries few ACK2s: the reference build's uplink logs of
 /// 3x 12/20/100 show 23–165 a second for its 3 flows in phases where the queue overflowed, where
 /// the port, sending one every 10 ms, sent about 254. The sender tracks those losses as holes
-/// ([`Ack2Clock::open_hole`]); a controller that opens none keeps a full ACK every 10 ms.
+/// ([`Ack2Clock::open_hole`]); a controller that opens none keeps a full ACK every 10 ms. A
+/// packet shorter than UDT's payload size runs the timer out at once
+/// ([`Ack2Clock::on_irregular_packet`]).
 #[derive(Clone, Debug, Default)]
 pub struct Ack2Clock {
     next_full_ack: Duration,
@@ -202,6 +204,9 @@ pub struct Ack2Clock {
     hole_at_last_ack: Option<u64>,
     /// The receiver's `RTT + 4·RTTVar`, after which it repeats an unchanged ACK.
     repeat_after: Duration,
+    /// The packet being acknowledged is shorter than UDT's payload size: the receiver's ACK
+    /// timer runs out at it.
+    irregular: bool,
 }
 
 /// How long after the sender's first data packet the ACK the receiver sends with no data
@@ -216,7 +221,8 @@ impl Ack2Clock {
     /// A data packet's ACK arrived at `now`; true when it stands for a full ACK (an ACK2 is
     /// then owed).
     pub fn on_ack(&mut self, now: Duration) -> bool {
-        if now < self.next_full_ack || self.ack_held(now) {
+        let due = now >= self.next_full_ack || std::mem::take(&mut self.irregular);
+        if !due || self.ack_held(now) {
             self.unacked_data = true;
             return false;
         }
@@ -233,6 +239,14 @@ impl Ack2Clock {
             self.next_full_ack = at + ACK_INTERVAL;
         }
         held
+    }
+
+    /// The next data packet to arrive is shorter than UDT's payload size (a call's last block,
+    /// or its resend): the receiver takes it for the end of a message and its ACK timer runs
+    /// out at once (`CUDT::processData`: `packet.getLength() != m_iPayloadSize`), so its
+    /// [`Ack2Clock::on_ack`] is a full ACK unless a loss holds it.
+    pub fn on_irregular_packet(&mut self) {
+        self.irregular = true;
     }
 
     /// The receiver found a packet missing; returns the hole's id.
@@ -375,6 +389,11 @@ impl SendBuffer {
     /// The last block of each `UDT::send`.
     pub fn tail_bytes(&self) -> i64 {
         self.call_bytes - (self.blocks_per_call() as i64 - 1) * self.block_bytes
+    }
+
+    /// The next packet's block is shorter than a full one.
+    pub fn next_is_short(&self) -> bool {
+        self.next_block_bytes() < self.block_bytes
     }
 
     /// UDT payload of the next packet: the oldest lost block's, else the stream's next block.
@@ -823,6 +842,8 @@ pub struct Pcc2017 {
     repairs: Repairs,
     ended: u64,
     blocks: SendBuffer,
+    /// Sequence numbers of the short packets not yet acknowledged, oldest first.
+    short_sent: VecDeque<u64>,
     trace: CallTrace,
 }
 
@@ -848,6 +869,7 @@ impl Pcc2017 {
             repairs: Repairs::default(),
             ended: 0,
             blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
+            short_sent: VecDeque::new(),
             trace: CallTrace::new(TRACE_ENV, 0),
         }
     }
@@ -955,6 +977,13 @@ impl Controller for Pcc2017 {
     fn on_ack(&mut self, ack: &AckEvent) {
         // A resend that arrives moves the receiver's ACK number on.
         self.repairs.on_ack(&mut self.ack2, ack.seq);
+        while self.short_sent.front().is_some_and(|&s| s < ack.seq) {
+            self.short_sent.pop_front();
+        }
+        if self.short_sent.front() == Some(&ack.seq) {
+            self.short_sent.pop_front();
+            self.ack2.on_irregular_packet();
+        }
         // UDT's ACK timer: one full ACK per 10 ms (fewer while a loss holds the ACK number),
         // answered with an ACK2, whose arrival gives the receiver the RTT sample for its 7/8 EWMA.
         if self.rtt.on_ack(&mut self.ack2, ack.now, ack.sent_at, ack.rtt) > 0 {
@@ -986,6 +1015,9 @@ impl Controller for Pcc2017 {
             self.rtt.send_ack2(left);
         }
         self.repairs.on_send(seq, !self.blocks.resend.is_empty());
+        if self.blocks.next_is_short() {
+            self.short_sent.push_back(seq);
+        }
         self.blocks.on_send();
         if self.monitor_ttl == 0 {
             self.start_monitor(now, seq);
@@ -1133,6 +1165,35 @@ mod tests {
         assert!(clock.on_ack(ms(205)));
         assert!(clock.on_ack(ms(215)));
         assert_eq!(clock.due, 5);
+    }
+
+    #[test]
+    fn a_short_packet_runs_the_receivers_ack_timer_out_unless_a_loss_holds_it() {
+        let mut clock = Ack2Clock::default();
+        assert!(clock.on_ack(ms(10)));
+        assert!(!clock.on_ack(ms(12)));
+        clock.on_irregular_packet();
+        assert!(clock.on_ack(ms(14)), "a short packet: a full ACK 4 ms after the last");
+        assert!(!clock.on_ack(ms(20)), "the timer restarted at it");
+        assert!(clock.on_ack(ms(24)));
+        clock.set_repeat_after(ms(100));
+        clock.open_hole();
+        assert!(clock.on_ack(ms(34)), "the ACK number moved on to the hole");
+        clock.on_irregular_packet();
+        assert!(!clock.on_ack(ms(36)), "held: the ACK number has not moved");
+        assert!(!clock.on_ack(ms(44)));
+    }
+
+    #[test]
+    fn the_appclients_short_packets_are_the_ones_the_receiver_acks_at_once() {
+        let mut pcc = Pcc2017::with_seed(1);
+        let per_call = pcc.blocks.blocks_per_call();
+        for seq in 0..2 * per_call {
+            pcc.on_send(ms(seq), seq);
+        }
+        assert_eq!(pcc.short_sent, [per_call - 1, 2 * per_call - 1]);
+        // UDT's receiver reports a gap at the first packet past it.
+        assert_eq!(pcc.loss_rule(), LossRule::Reorder(1));
     }
 
     #[test]
