@@ -48,7 +48,7 @@
 //!
 //! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
 //! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
-//! ACK2 is the ACK RTT of the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
+//! ACK2 is the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
 //! packets (each counted in the MI in which it is resent); our transport sends a new packet
 //! in that slot instead, the same packet count and pacing on the wire. The random choices
 //! (glibc `rand()` seeded with the clock upstream) come from a seeded generator.
@@ -312,7 +312,8 @@ impl Ack2Clock {
 
 /// The losses UDT's receiver holds its ACK number on, as the sender sees them: each loss opens a
 /// hole in the [`Ack2Clock`] until its resend arrives, and a lost resend's hole waits for the
-/// next one (UDT resends in the order the losses were found, as [`SendBuffer`] does).
+/// next one. UDT's sender loss list is in sequence order (`CSndLossList`), so a lost resend,
+/// the oldest sequence in it, goes before the losses found since, as in [`SendBuffer`].
 #[derive(Clone, Debug, Default)]
 pub struct Repairs {
     /// Holes whose block waits to be resent, oldest first.
@@ -324,14 +325,18 @@ pub struct Repairs {
 }
 
 impl Repairs {
-    /// The packet `seq` was declared lost.
-    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) {
+    /// The packet `seq` was declared lost; returns whether it was a resend.
+    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) -> bool {
         match self.sent.iter().position(|&(s, _)| s == seq) {
             Some(i) => {
                 let hole = self.sent.swap_remove(i).1;
                 self.queued.push_front(hole);
+                true
             }
-            None => self.queued.push_back(clock.open_hole()),
+            None => {
+                self.queued.push_back(clock.open_hole());
+                false
+            }
         }
     }
 
@@ -419,6 +424,12 @@ impl SendBuffer {
     pub fn on_lost(&mut self, bytes: i64) {
         self.resend.push_back(bytes);
     }
+
+    /// A resent block of `bytes` was lost again: as the oldest sequence in UDT's loss list, it
+    /// goes before the other lost blocks.
+    pub fn on_resend_lost(&mut self, bytes: i64) {
+        self.resend.push_front(bytes);
+    }
 }
 
 /// UDT's smoothed RTT as the sender knows it (`m_iRTT`, copied from each full ACK's RTT field
@@ -428,10 +439,12 @@ impl SendBuffer {
 /// ACK2 must cross the data path, and the estimate come back in the next full ACK.
 ///
 /// The port sees neither side's clock: an ACK2 sent at `t` reaches the receiver just ahead of
-/// the first data packet sent at or after `t` (the same queue), so that packet's ACK gives the
-/// sample, its RTT (the ACK2's forward delay and the ACK path back). The ACK2 arrived that
-/// packet's lead, `sent_at − t`, before it did (less when the previous packet arrived later),
-/// and there the receiver may send a full ACK at once, carrying the new estimate
+/// the first data packet sent at or after `t` (the same queue), so the sample is dated by that
+/// packet's ACK. The ACK2 arrived that packet's lead, `sent_at − t`, before it did, but not
+/// before the packet ahead of it (the previous ACK) and, on an idle path, no later than the
+/// path's minimum RTT after it left: a 52-byte ACK2 does not spend the data packet's own time
+/// on the link, which at 2 Mbit/s is 5.9 ms. The sample is that arrival less `t`. There the
+/// receiver may send a full ACK at once, carrying the new estimate
 /// ([`Ack2Clock::on_ack2_arrival`]); otherwise the sender copies it at the next full ACK.
 #[derive(Clone, Debug)]
 pub struct UdtRtt {
@@ -446,6 +459,7 @@ pub struct UdtRtt {
     ack2_in_flight: std::collections::VecDeque<Duration>,
     /// When the last data packet's ACK arrived.
     last_ack: Duration,
+    /// The lowest data packet RTT seen: the path's round trip with an empty queue.
     min_rtt: Duration,
 }
 
@@ -1000,12 +1014,11 @@ impl Controller for Pcc2017 {
     /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
     fn on_loss(&mut self, loss: &LossEvent) {
         let bytes = loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64;
-        if self.repairs.sent.iter().any(|&(s, _)| s == loss.seq) {
-            self.blocks.resend.push_front(bytes);
+        if self.repairs.on_loss(&mut self.ack2, loss.seq) {
+            self.blocks.on_resend_lost(bytes);
         } else {
             self.blocks.on_lost(bytes);
         }
-        self.repairs.on_loss(&mut self.ack2, loss.seq);
     }
 
     fn on_send(&mut self, now: Duration, seq: u64) {
@@ -1194,6 +1207,27 @@ mod tests {
         assert_eq!(pcc.short_sent, [per_call - 1, 2 * per_call - 1]);
         // UDT's receiver reports a gap at the first packet past it.
         assert_eq!(pcc.loss_rule(), LossRule::Reorder(1));
+    }
+
+    #[test]
+    fn a_lost_resend_goes_before_the_losses_found_since() {
+        let mut clock = Ack2Clock::default();
+        let mut repairs = Repairs::default();
+        let mut blocks = SendBuffer::new(1000, 10_000);
+        assert!(!repairs.on_loss(&mut clock, 5));
+        blocks.on_lost(600);
+        repairs.on_send(9, true);
+        assert_eq!(blocks.on_send(), 600);
+        assert!(!repairs.on_loss(&mut clock, 8));
+        blocks.on_lost(1000);
+        // The resend of 5's block is lost: UDT's loss list is in sequence order, so it goes
+        // again before 8's block, and its hole, the receiver's ACK number, closes first.
+        assert!(repairs.on_loss(&mut clock, 9));
+        blocks.on_resend_lost(600);
+        assert_eq!(blocks.next_block_bytes(), 600);
+        repairs.on_send(12, true);
+        repairs.on_ack(&mut clock, 12);
+        assert_eq!(clock.holes.iter().copied().collect::<Vec<_>>(), [2]);
     }
 
     #[test]
