@@ -48,8 +48,8 @@
 //!
 //! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
 //! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
-//! ACK2 is the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
-//! packets (each counted in the MI in which it is resent); our transport sends a new packet
+//! ACK2 is the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT
+//! retransmits lost packets (each counted in the MI in which it is resent); our transport sends a new packet
 //! in that slot instead, the same packet count and pacing on the wire. The random choices
 //! (glibc `rand()` seeded with the clock upstream) come from a seeded generator.
 //!
@@ -1155,6 +1155,27 @@ mod tests {
         assert_eq!(rtt.receiver_us, 125_000);
         assert_eq!(rtt.us(), 125_000);
         assert_eq!((clock.take(ms(602)), clock.take(ms(602)), clock.take(ms(602))), (Some(20), Some(20), None));
+    }
+
+    #[test]
+    fn an_ack2s_sample_is_its_own_delay_not_the_data_packets_behind_it() {
+        // The first packet's round trip, 20 ms on an idle path, is the path's minimum; its ACK is
+        // a full one, answered by an ACK2 leaving at 20.
+        let mut rtt = UdtRtt::default();
+        let mut clock = Ack2Clock::default();
+        assert_eq!(rtt.on_ack(&mut clock, ms(20), ms(0), ms(20)), 1);
+        // The packet sent at 26 carries the ACK2 and comes back at 56, 30 ms: it waited behind
+        // a backlog in which the 52-byte ACK2 spent no packet time. The ACK2 reached the
+        // receiver no later than the path's minimum after it left: a 20 ms sample.
+        rtt.on_ack(&mut clock, ms(56), ms(26), ms(30));
+        assert_eq!(rtt.receiver_us, (7 * INITIAL_RTT_US + 20_000) >> 3);
+        // Nor earlier than the packet ahead of it, acknowledged at 48: a 28 ms sample.
+        let mut rtt = UdtRtt::default();
+        let mut clock = Ack2Clock::default();
+        rtt.on_ack(&mut clock, ms(20), ms(0), ms(20));
+        rtt.on_ack(&mut clock, ms(48), ms(19), ms(29));
+        rtt.on_ack(&mut clock, ms(56), ms(26), ms(30));
+        assert_eq!(rtt.receiver_us, (7 * INITIAL_RTT_US + 28_000) >> 3);
     }
 
     #[test]
