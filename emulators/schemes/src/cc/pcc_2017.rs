@@ -46,12 +46,12 @@
 //!   previous; the first that does not steps back once and guesses again. Before each
 //!   step, a rate above 200 Mbit/s and 30 above the MI's sent rate `t·12/T/1000` is reset to it.
 //!
-//! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of
-//! 20 reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an
-//! ACK2 is the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT
-//! retransmits lost packets (each counted in the MI in which it is resent); our transport sends a new packet
-//! in that slot instead, the same packet count and pacing on the wire. The random choices
-//! (glibc `rand()` seeded with the clock upstream) come from a seeded generator.
+//! Mapping onto the transport: our receiver acknowledges every packet at once, so a batch of 20
+//! reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an ACK2 is
+//! the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
+//! packets (each counted in the MI in which it is resent); our transport sends a new packet in that
+//! slot instead, the same packet count and pacing on the wire. The random choices (glibc `rand()`
+//! seeded with the clock upstream) come from a seeded generator.
 //!
 //! ACK2 on the data path: UDT's receiver sends a full ACK when its 10 ms ACK timer has run out
 //! and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`), but not while a loss holds its
