@@ -312,32 +312,48 @@ impl Ack2Clock {
 
 /// The losses UDT's receiver holds its ACK number on, as the sender sees them: each loss opens a
 /// hole in the [`Ack2Clock`] until its resend arrives, and a lost resend's hole waits for the
-/// next one. UDT's sender loss list is in sequence order (`CSndLossList`), so a lost resend,
-/// the oldest sequence in it, goes before the losses found since, as in [`SendBuffer`].
+/// next one. The receiver reports a gap once, at the packet that shows it; a lost resend
+/// leaves no new gap, so the sender learns of it only from the receiver's periodic NAK
+/// ([`NakTimer`]), which lists its whole loss list again. UDT's sender loss list is in
+/// sequence order (`CSndLossList`), so a lost resend, then the oldest sequence in it, goes
+/// before the losses found since, as in [`SendBuffer`].
 #[derive(Clone, Debug, Default)]
 pub struct Repairs {
     /// Holes whose block waits to be resent, oldest first.
     queued: VecDeque<u64>,
     /// Resends on their way: (sequence, hole).
     sent: Vec<(u64, u64)>,
+    /// Holes whose resend was lost, not yet reported again, oldest first.
+    unreported: BTreeSet<u64>,
     /// The highest sequence acknowledged so far.
     highest_acked: u64,
 }
 
 impl Repairs {
-    /// The packet `seq` was declared lost; returns whether it was a resend.
-    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) -> bool {
+    /// The packet `seq` was declared lost; returns its hole when it was a resend (it then
+    /// waits for [`Repairs::on_nak`]).
+    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) -> Option<u64> {
         match self.sent.iter().position(|&(s, _)| s == seq) {
             Some(i) => {
                 let hole = self.sent.swap_remove(i).1;
-                self.queued.push_front(hole);
-                true
+                self.unreported.insert(hole);
+                Some(hole)
             }
             None => {
                 self.queued.push_back(clock.open_hole());
-                false
+                None
             }
         }
+    }
+
+    /// The receiver's periodic NAK reached the sender: the lost resends go again, before the
+    /// other losses; returns how many.
+    pub fn on_nak(&mut self) -> usize {
+        let n = self.unreported.len();
+        for hole in std::mem::take(&mut self.unreported).into_iter().rev() {
+            self.queued.push_front(hole);
+        }
+        n
     }
 
     /// The packet `seq` left; `resend`: it carried a lost block.
@@ -359,6 +375,52 @@ impl Repairs {
             !arrived
         });
         self.highest_acked = self.highest_acked.max(seq);
+    }
+}
+
+/// The receiver's periodic NAK (`CUDT::checkTimers`): when its NAK timer has run out with
+/// losses outstanding and the first of them is the one it found there the last time, it sends
+/// its whole loss list again (`sendCtrl(3)`); the timer restarts either way. Every NAK sets the
+/// interval to 4 × the receiver's RTT (it starts at 250 ms). The port checks the timer at each
+/// data packet's ACK, as the receiver does at each packet.
+#[derive(Clone, Debug)]
+pub struct NakTimer {
+    next_at: Duration,
+    interval: Duration,
+    /// The first hole at the last check.
+    head_at_last: Option<u64>,
+}
+
+impl Default for NakTimer {
+    fn default() -> Self {
+        Self { next_at: Duration::MAX, interval: Self::MIN_INTERVAL, head_at_last: None }
+    }
+}
+
+impl NakTimer {
+    /// `m_ullMinNakInt`: the first interval.
+    const MIN_INTERVAL: Duration = Duration::from_millis(250);
+
+    /// The receiver accepted the connection at `at`.
+    pub fn connect(&mut self, at: Duration) {
+        self.next_at = at + self.interval;
+    }
+
+    /// The receiver sent a NAK; its RTT estimate is `rtt_us`.
+    pub fn on_nak_sent(&mut self, rtt_us: i64) {
+        self.interval = Duration::from_micros(4 * rtt_us.max(0) as u64);
+    }
+
+    /// A packet reached the receiver at `now`; true when its timer sent a periodic NAK.
+    pub fn check(&mut self, clock: &Ack2Clock, now: Duration) -> bool {
+        let head = clock.holes.first().copied();
+        if head.is_none() || now <= self.next_at {
+            return false;
+        }
+        let nak = head == self.head_at_last;
+        self.head_at_last = head;
+        self.next_at = now + self.interval;
+        nak
     }
 }
 
@@ -854,6 +916,9 @@ pub struct Pcc2017 {
     rtt: UdtRtt,
     ack2: Ack2Clock,
     repairs: Repairs,
+    nak: NakTimer,
+    /// The sizes of the blocks whose resend was lost, by hole, until the periodic NAK.
+    lost_resends: std::collections::BTreeMap<u64, i64>,
     ended: u64,
     blocks: SendBuffer,
     /// Sequence numbers of the short packets not yet acknowledged, oldest first.
@@ -881,6 +946,8 @@ impl Pcc2017 {
             rtt: UdtRtt::default(),
             ack2: Ack2Clock::default(),
             repairs: Repairs::default(),
+            nak: NakTimer::default(),
+            lost_resends: Default::default(),
             ended: 0,
             blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
             short_sent: VecDeque::new(),
@@ -998,6 +1065,14 @@ impl Controller for Pcc2017 {
             self.short_sent.pop_front();
             self.ack2.on_irregular_packet();
         }
+        // The receiver's NAK timer: a lost resend goes again once the NAK lists it.
+        if self.nak.check(&self.ack2, ack.now) {
+            self.nak.on_nak_sent(self.rtt.receiver_us);
+            self.repairs.on_nak();
+            for (_, bytes) in std::mem::take(&mut self.lost_resends).into_iter().rev() {
+                self.blocks.on_resend_lost(bytes);
+            }
+        }
         // UDT's ACK timer: one full ACK per 10 ms (fewer while a loss holds the ACK number),
         // answered with an ACK2, whose arrival gives the receiver the RTT sample for its 7/8 EWMA.
         if self.rtt.on_ack(&mut self.ack2, ack.now, ack.sent_at, ack.rtt) > 0 {
@@ -1014,10 +1089,15 @@ impl Controller for Pcc2017 {
     /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
     fn on_loss(&mut self, loss: &LossEvent) {
         let bytes = loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64;
-        if self.repairs.on_loss(&mut self.ack2, loss.seq) {
-            self.blocks.on_resend_lost(bytes);
-        } else {
-            self.blocks.on_lost(bytes);
+        match self.repairs.on_loss(&mut self.ack2, loss.seq) {
+            Some(hole) => {
+                self.lost_resends.insert(hole, bytes);
+            }
+            None => {
+                // The receiver's NAK at the gap restarts its NAK interval.
+                self.nak.on_nak_sent(self.rtt.receiver_us);
+                self.blocks.on_lost(bytes);
+            }
         }
     }
 
@@ -1026,6 +1106,7 @@ impl Controller for Pcc2017 {
             // The first packet: the receiver's ACK with no data is on its way.
             let left = self.ack2.connect(now);
             self.rtt.send_ack2(left);
+            self.nak.connect(now);
         }
         self.repairs.on_send(seq, !self.blocks.resend.is_empty());
         if self.blocks.next_is_short() {
@@ -1235,20 +1316,40 @@ mod tests {
         let mut clock = Ack2Clock::default();
         let mut repairs = Repairs::default();
         let mut blocks = SendBuffer::new(1000, 10_000);
-        assert!(!repairs.on_loss(&mut clock, 5));
+        assert_eq!(repairs.on_loss(&mut clock, 5), None);
         blocks.on_lost(600);
         repairs.on_send(9, true);
         assert_eq!(blocks.on_send(), 600);
-        assert!(!repairs.on_loss(&mut clock, 8));
+        assert_eq!(repairs.on_loss(&mut clock, 8), None);
         blocks.on_lost(1000);
-        // The resend of 5's block is lost: UDT's loss list is in sequence order, so it goes
-        // again before 8's block, and its hole, the receiver's ACK number, closes first.
-        assert!(repairs.on_loss(&mut clock, 9));
+        // The resend of 5's block is lost: once the periodic NAK reports it, UDT's loss list
+        // being in sequence order, it goes again before 8's block, and its hole, the
+        // receiver's ACK number, closes first.
+        assert_eq!(repairs.on_loss(&mut clock, 9), Some(1));
+        repairs.on_send(10, true);
+        assert_eq!(repairs.on_nak(), 1);
         blocks.on_resend_lost(600);
         assert_eq!(blocks.next_block_bytes(), 600);
         repairs.on_send(12, true);
         repairs.on_ack(&mut clock, 12);
         assert_eq!(clock.holes.iter().copied().collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn the_receiver_repeats_its_naks_while_its_first_loss_stays() {
+        let mut clock = Ack2Clock::default();
+        let mut nak = NakTimer::default();
+        nak.connect(ms(0));
+        assert!(!nak.check(&clock, ms(300)), "no loss, no NAK");
+        let first = clock.open_hole();
+        nak.on_nak_sent(20_000);
+        assert!(!nak.check(&clock, ms(301)), "a new first loss: the timer restarts");
+        assert!(!nak.check(&clock, ms(380)), "4 × 20 ms not yet passed");
+        assert!(nak.check(&clock, ms(382)), "the same first loss");
+        clock.close_hole(first);
+        clock.open_hole();
+        assert!(!nak.check(&clock, ms(470)), "the first loss moved on");
+        assert!(nak.check(&clock, ms(551)));
     }
 
     #[test]
@@ -1258,8 +1359,10 @@ mod tests {
         repairs.on_loss(&mut clock, 5);
         repairs.on_send(9, false);
         repairs.on_send(10, true);
-        // The resend is lost too: the same hole waits for the next one.
+        // The resend is lost too: the same hole waits for the next one, after the periodic NAK.
         repairs.on_loss(&mut clock, 10);
+        repairs.on_send(12, true);
+        repairs.on_nak();
         repairs.on_send(14, true);
         repairs.on_ack(&mut clock, 13);
         assert_eq!(clock.holes.len(), 1);
