@@ -74,7 +74,7 @@
 //! gap in a NAK at the packet that shows it (`CUDT::processData`, `sendCtrl(3)`), and the
 //! sender resends it next ([`NAK_AFTER`]).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::call_trace::CallTrace;
@@ -323,37 +323,38 @@ pub struct Repairs {
     queued: VecDeque<u64>,
     /// Resends on their way: (sequence, hole).
     sent: Vec<(u64, u64)>,
-    /// Holes whose resend was lost, not yet reported again, oldest first.
-    unreported: BTreeSet<u64>,
+    /// Holes whose resend was lost, not yet reported again, oldest first, with their blocks'
+    /// sizes.
+    unreported: BTreeMap<u64, i64>,
     /// The highest sequence acknowledged so far.
     highest_acked: u64,
 }
 
 impl Repairs {
-    /// The packet `seq` was declared lost; returns its hole when it was a resend (it then
-    /// waits for [`Repairs::on_nak`]).
-    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64) -> Option<u64> {
+    /// The packet `seq`, carrying a block of `bytes`, was declared lost; true when it was a
+    /// resend (its block then waits for [`Repairs::on_nak`]).
+    pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64, bytes: i64) -> bool {
         match self.sent.iter().position(|&(s, _)| s == seq) {
             Some(i) => {
                 let hole = self.sent.swap_remove(i).1;
-                self.unreported.insert(hole);
-                Some(hole)
+                self.unreported.insert(hole, bytes);
+                true
             }
             None => {
                 self.queued.push_back(clock.open_hole());
-                None
+                false
             }
         }
     }
 
     /// The receiver's periodic NAK reached the sender: the lost resends go again, before the
-    /// other losses; returns how many.
-    pub fn on_nak(&mut self) -> usize {
-        let n = self.unreported.len();
-        for hole in std::mem::take(&mut self.unreported).into_iter().rev() {
+    /// other losses; returns their blocks' sizes, oldest first.
+    pub fn on_nak(&mut self) -> Vec<i64> {
+        let unreported = std::mem::take(&mut self.unreported);
+        for &hole in unreported.keys().rev() {
             self.queued.push_front(hole);
         }
-        n
+        unreported.into_values().collect()
     }
 
     /// The packet `seq` left; `resend`: it carried a lost block.
@@ -917,8 +918,6 @@ pub struct Pcc2017 {
     ack2: Ack2Clock,
     repairs: Repairs,
     nak: NakTimer,
-    /// The sizes of the blocks whose resend was lost, by hole, until the periodic NAK.
-    lost_resends: std::collections::BTreeMap<u64, i64>,
     ended: u64,
     blocks: SendBuffer,
     /// Sequence numbers of the short packets not yet acknowledged, oldest first.
@@ -947,7 +946,6 @@ impl Pcc2017 {
             ack2: Ack2Clock::default(),
             repairs: Repairs::default(),
             nak: NakTimer::default(),
-            lost_resends: Default::default(),
             ended: 0,
             blocks: SendBuffer::new((PAYLOAD_BYTES - UDT_HEADER_BYTES) as i64, SEND_CALL_BYTES),
             short_sent: VecDeque::new(),
@@ -1068,8 +1066,7 @@ impl Controller for Pcc2017 {
         // The receiver's NAK timer: a lost resend goes again once the NAK lists it.
         if self.nak.check(&self.ack2, ack.now) {
             self.nak.on_nak_sent(self.rtt.receiver_us);
-            self.repairs.on_nak();
-            for (_, bytes) in std::mem::take(&mut self.lost_resends).into_iter().rev() {
+            for bytes in self.repairs.on_nak().into_iter().rev() {
                 self.blocks.on_resend_lost(bytes);
             }
         }
@@ -1089,15 +1086,10 @@ impl Controller for Pcc2017 {
     /// UDT resends the lost block next, at its own size (the MIs count it as a new packet).
     fn on_loss(&mut self, loss: &LossEvent) {
         let bytes = loss.bytes.saturating_sub(UDT_HEADER_BYTES) as i64;
-        match self.repairs.on_loss(&mut self.ack2, loss.seq) {
-            Some(hole) => {
-                self.lost_resends.insert(hole, bytes);
-            }
-            None => {
-                // The receiver's NAK at the gap restarts its NAK interval.
-                self.nak.on_nak_sent(self.rtt.receiver_us);
-                self.blocks.on_lost(bytes);
-            }
+        if !self.repairs.on_loss(&mut self.ack2, loss.seq, bytes) {
+            // The receiver's NAK at the gap restarts its NAK interval.
+            self.nak.on_nak_sent(self.rtt.receiver_us);
+            self.blocks.on_lost(bytes);
         }
     }
 
@@ -1316,18 +1308,18 @@ mod tests {
         let mut clock = Ack2Clock::default();
         let mut repairs = Repairs::default();
         let mut blocks = SendBuffer::new(1000, 10_000);
-        assert_eq!(repairs.on_loss(&mut clock, 5), None);
+        assert!(!repairs.on_loss(&mut clock, 5, 600));
         blocks.on_lost(600);
         repairs.on_send(9, true);
         assert_eq!(blocks.on_send(), 600);
-        assert_eq!(repairs.on_loss(&mut clock, 8), None);
+        assert!(!repairs.on_loss(&mut clock, 8, 1000));
         blocks.on_lost(1000);
         // The resend of 5's block is lost: once the periodic NAK reports it, UDT's loss list
         // being in sequence order, it goes again before 8's block, and its hole, the
         // receiver's ACK number, closes first.
-        assert_eq!(repairs.on_loss(&mut clock, 9), Some(1));
+        assert!(repairs.on_loss(&mut clock, 9, 600));
         repairs.on_send(10, true);
-        assert_eq!(repairs.on_nak(), 1);
+        assert_eq!(repairs.on_nak(), [600]);
         blocks.on_resend_lost(600);
         assert_eq!(blocks.next_block_bytes(), 600);
         repairs.on_send(12, true);
@@ -1356,11 +1348,11 @@ mod tests {
     fn a_resend_closes_its_hole_and_a_lost_resend_keeps_it_open() {
         let mut clock = Ack2Clock::default();
         let mut repairs = Repairs::default();
-        repairs.on_loss(&mut clock, 5);
+        repairs.on_loss(&mut clock, 5, 1000);
         repairs.on_send(9, false);
         repairs.on_send(10, true);
         // The resend is lost too: the same hole waits for the next one, after the periodic NAK.
-        repairs.on_loss(&mut clock, 10);
+        repairs.on_loss(&mut clock, 10, 1000);
         repairs.on_send(12, true);
         repairs.on_nak();
         repairs.on_send(14, true);
@@ -1370,7 +1362,7 @@ mod tests {
         assert!(clock.holes.is_empty());
         // A resend whose own ACK was lost: closed at the first ACK after one past it had come
         // (the transport would have declared it lost then, had it not arrived).
-        repairs.on_loss(&mut clock, 20);
+        repairs.on_loss(&mut clock, 20, 1000);
         repairs.on_send(30, true);
         repairs.on_ack(&mut clock, 33);
         assert_eq!(clock.holes.len(), 1);
