@@ -311,21 +311,23 @@ impl Ack2Clock {
 }
 
 /// The losses UDT's receiver holds its ACK number on, as the sender sees them: each loss opens a
-/// hole in the [`Ack2Clock`] until its resend arrives, and a lost resend's hole waits for the
-/// next one. The receiver reports a gap once, at the packet that shows it; a lost resend
-/// leaves no new gap, so the sender learns of it only from the receiver's periodic NAK
-/// ([`NakTimer`]), which lists its whole loss list again. UDT's sender loss list is in
-/// sequence order (`CSndLossList`), so a lost resend, then the oldest sequence in it, goes
-/// before the losses found since, as in [`SendBuffer`].
+/// hole in the [`Ack2Clock`] until a resend of its block arrives. The receiver reports a gap
+/// once, at the packet that shows it; a lost resend leaves no new gap, so the sender learns of
+/// it only from the receiver's periodic NAK ([`NakTimer`]), which lists the receiver's whole
+/// loss list: every hole still open, those whose resend is still on its way too, and the sender
+/// resends each of them again (`CUDT::processCtrl` case 3 inserts every listed sequence into its
+/// loss list). UDT's sender loss list is in sequence order (`CSndLossList`), so the listed
+/// holes, older than any loss not yet resent, go first, oldest first, as in [`SendBuffer`]. A
+/// second resend whose hole has closed meanwhile still goes (the sender drops only sequences
+/// below the ACK number from its loss list; the port keeps every listed one).
 #[derive(Clone, Debug, Default)]
 pub struct Repairs {
     /// Holes whose block waits to be resent, oldest first.
     queued: VecDeque<u64>,
     /// Resends on their way: (sequence, hole).
     sent: Vec<(u64, u64)>,
-    /// Holes whose resend was lost, not yet reported again, oldest first, with their blocks'
-    /// sizes.
-    unreported: BTreeMap<u64, i64>,
+    /// Every hole still open, with its block's size.
+    open: BTreeMap<u64, i64>,
     /// The highest sequence acknowledged so far.
     highest_acked: u64,
 }
@@ -336,25 +338,28 @@ impl Repairs {
     pub fn on_loss(&mut self, clock: &mut Ack2Clock, seq: u64, bytes: i64) -> bool {
         match self.sent.iter().position(|&(s, _)| s == seq) {
             Some(i) => {
-                let hole = self.sent.swap_remove(i).1;
-                self.unreported.insert(hole, bytes);
+                self.sent.swap_remove(i);
                 true
             }
             None => {
-                self.queued.push_back(clock.open_hole());
+                let hole = clock.open_hole();
+                self.open.insert(hole, bytes);
+                self.queued.push_back(hole);
                 false
             }
         }
     }
 
-    /// The receiver's periodic NAK reached the sender: the lost resends go again, before the
-    /// other losses; returns their blocks' sizes, oldest first.
+    /// The receiver's periodic NAK reached the sender: every open hole not already waiting goes
+    /// again (its resend lost or still on its way), before the other losses; returns their
+    /// blocks' sizes, oldest first.
     pub fn on_nak(&mut self) -> Vec<i64> {
-        let unreported = std::mem::take(&mut self.unreported);
-        for &hole in unreported.keys().rev() {
+        let listed: Vec<(u64, i64)> =
+            self.open.iter().filter(|(hole, _)| !self.queued.contains(hole)).map(|(&h, &b)| (h, b)).collect();
+        for &(hole, _) in listed.iter().rev() {
             self.queued.push_front(hole);
         }
-        unreported.into_values().collect()
+        listed.into_iter().map(|(_, bytes)| bytes).collect()
     }
 
     /// The packet `seq` left; `resend`: it carried a lost block.
@@ -372,6 +377,7 @@ impl Repairs {
             let arrived = s == seq || s + NAK_AFTER <= settled;
             if arrived {
                 clock.close_hole(hole);
+                self.open.remove(&hole);
             }
             !arrived
         });
@@ -488,9 +494,9 @@ impl SendBuffer {
         self.resend.push_back(bytes);
     }
 
-    /// A resent block of `bytes` was lost again: as the oldest sequence in UDT's loss list, it
-    /// goes before the other lost blocks.
-    pub fn on_resend_lost(&mut self, bytes: i64) {
+    /// The receiver's periodic NAK listed a resent block of `bytes` again: as an older sequence
+    /// in UDT's loss list than any lost block not yet resent, it goes before them.
+    pub fn on_listed_again(&mut self, bytes: i64) {
         self.resend.push_front(bytes);
     }
 }
@@ -1063,11 +1069,11 @@ impl Controller for Pcc2017 {
             self.short_sent.pop_front();
             self.ack2.on_irregular_packet();
         }
-        // The receiver's NAK timer: a lost resend goes again once the NAK lists it.
+        // The receiver's NAK timer: every resent hole still open goes again once the NAK lists it.
         if self.nak.check(&self.ack2, ack.now) {
             self.nak.on_nak_sent(self.rtt.receiver_us);
             for bytes in self.repairs.on_nak().into_iter().rev() {
-                self.blocks.on_resend_lost(bytes);
+                self.blocks.on_listed_again(bytes);
             }
         }
         // UDT's ACK timer: one full ACK per 10 ms (fewer while a loss holds the ACK number),
@@ -1314,17 +1320,33 @@ mod tests {
         assert_eq!(blocks.on_send(), 600);
         assert!(!repairs.on_loss(&mut clock, 8, 1000));
         blocks.on_lost(1000);
-        // The resend of 5's block is lost: once the periodic NAK reports it, UDT's loss list
-        // being in sequence order, it goes again before 8's block, and its hole, the
-        // receiver's ACK number, closes first.
+        // The resend of 5's block is lost, and 8's resend leaves. The periodic NAK lists both
+        // holes (8's resend has not arrived yet): UDT's loss list being in sequence order, both
+        // go again, 5's block first, before 11's, found since; its hole, the receiver's ACK
+        // number, closes first.
         assert!(repairs.on_loss(&mut clock, 9, 600));
         repairs.on_send(10, true);
-        assert_eq!(repairs.on_nak(), [600]);
-        blocks.on_resend_lost(600);
+        assert_eq!(blocks.on_send(), 1000);
+        assert!(!repairs.on_loss(&mut clock, 11, 1000));
+        blocks.on_lost(1000);
+        let listed = repairs.on_nak();
+        assert_eq!(listed, [600, 1000]);
+        for bytes in listed.into_iter().rev() {
+            blocks.on_listed_again(bytes);
+        }
         assert_eq!(blocks.next_block_bytes(), 600);
         repairs.on_send(12, true);
         repairs.on_ack(&mut clock, 12);
-        assert_eq!(clock.holes.iter().copied().collect::<Vec<_>>(), [2]);
+        assert_eq!(clock.holes.iter().copied().collect::<Vec<_>>(), [2, 3]);
+        // 8's first resend arrives: its hole closes; its second resend still goes (the port
+        // keeps every listed block), and a NAK now lists nothing new.
+        repairs.on_ack(&mut clock, 10);
+        assert_eq!(clock.holes.iter().copied().collect::<Vec<_>>(), [3]);
+        assert!(repairs.on_nak().is_empty(), "3 waits already; 2 has closed");
+        repairs.on_send(13, true);
+        repairs.on_send(14, true);
+        repairs.on_ack(&mut clock, 14);
+        assert!(clock.holes.is_empty());
     }
 
     #[test]
