@@ -494,10 +494,13 @@ impl SendBuffer {
         self.resend.push_back(bytes);
     }
 
-    /// The receiver's periodic NAK listed a resent block of `bytes` again: as an older sequence
-    /// in UDT's loss list than any lost block not yet resent, it goes before them.
-    pub fn on_listed_again(&mut self, bytes: i64) {
-        self.resend.push_front(bytes);
+    /// The receiver's periodic NAK listed resent blocks of these sizes again, oldest first: as
+    /// older sequences in UDT's loss list than any lost block not yet resent, they go before
+    /// them, in that order.
+    pub fn on_listed_again(&mut self, sizes: &[i64]) {
+        for &bytes in sizes.iter().rev() {
+            self.resend.push_front(bytes);
+        }
     }
 }
 
@@ -1072,9 +1075,7 @@ impl Controller for Pcc2017 {
         // The receiver's NAK timer: every resent hole still open goes again once the NAK lists it.
         if self.nak.check(&self.ack2, ack.now) {
             self.nak.on_nak_sent(self.rtt.receiver_us);
-            for bytes in self.repairs.on_nak().into_iter().rev() {
-                self.blocks.on_listed_again(bytes);
-            }
+            self.blocks.on_listed_again(&self.repairs.on_nak());
         }
         // UDT's ACK timer: one full ACK per 10 ms (fewer while a loss holds the ACK number),
         // answered with an ACK2, whose arrival gives the receiver the RTT sample for its 7/8 EWMA.
@@ -1331,9 +1332,7 @@ mod tests {
         blocks.on_lost(1000);
         let listed = repairs.on_nak();
         assert_eq!(listed, [600, 1000]);
-        for bytes in listed.into_iter().rev() {
-            blocks.on_listed_again(bytes);
-        }
+        blocks.on_listed_again(&listed);
         assert_eq!(blocks.next_block_bytes(), 600);
         repairs.on_send(12, true);
         repairs.on_ack(&mut clock, 12);
