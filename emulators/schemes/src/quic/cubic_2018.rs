@@ -23,7 +23,12 @@
 //! * Losses: one cutback per loss event (a loss of a packet sent before the last cutback is
 //!   ignored, NewReno style); no growth until a packet sent after the cutback is
 //!   acknowledged (recovery); no growth and a reset epoch while the sender is not window
-//!   limited (`OnApplicationLimited`). A persistent congestion (quinn's stand-in for
+//!   limited (`OnApplicationLimited`): `IsCwndLimited` of the bytes in flight before the ACK,
+//!   i.e. more than 3 × 1460 bytes of the window unused (in slow start: half of it or more),
+//!   whatever held the sender back, the pacer included. So when the window grows faster than
+//!   the pacer lets the bytes in flight follow it (Cubic's convex growth on a long queue),
+//!   each ACK restarts the Cubic epoch and the growth stalls, as upstream's does. A
+//!   persistent congestion (quinn's stand-in for
 //!   Chromium's retransmission timeout): threshold = window / 2, window = the minimum,
 //!   Cubic and hybrid slow start reset.
 //!
@@ -49,6 +54,8 @@ pub(crate) const INITIAL_WINDOW: u64 = 32 * MSS;
 const MIN_WINDOW: u64 = 2 * MSS;
 /// `kDefaultMaxCongestionWindowPackets` packets.
 pub(crate) const MAX_WINDOW: u64 = 2000 * MSS;
+/// `kMaxBurstBytes`: the unused window up to which the sender still counts as window limited.
+const MAX_BURST: u64 = 3 * MSS;
 /// `kBeta` for `kDefaultNumConnections` = 2 emulated connections.
 const BETA: f32 = (2.0 - 1.0 + 0.7) / 2.0;
 /// `kBetaLastMax` (not scaled to N connections without the BLMX option).
@@ -207,6 +214,10 @@ pub(crate) struct ChromiumCubic {
     /// This ACK's latest-sent packet and its RTT sample, and the path's minimum RTT.
     ack_sample: Option<(Instant, Duration)>,
     min_rtt: Duration,
+    /// This ACK's acknowledged packets (send time, bytes), handled once quinn reports the
+    /// bytes in flight after it (`on_end_acks`): Chromium grows the window by the bytes in
+    /// flight before the ACK (`prior_in_flight`).
+    batch: Vec<(Instant, u64)>,
 }
 
 impl ChromiumCubic {
@@ -221,11 +232,21 @@ impl ChromiumCubic {
             largest_acked: None,
             ack_sample: None,
             min_rtt: Duration::ZERO,
+            batch: Vec::new(),
         }
     }
 
     fn in_slow_start(&self) -> bool {
         self.window < self.threshold
+    }
+
+    /// `IsCwndLimited`: the window, not the pacer or the application, held the sender back.
+    fn is_cwnd_limited(&self, in_flight: u64) -> bool {
+        if in_flight >= self.window {
+            return true;
+        }
+        let slow_start_limited = self.in_slow_start() && in_flight > self.window / 2;
+        slow_start_limited || self.window - in_flight <= MAX_BURST
     }
 
     fn in_recovery(&self) -> bool {
@@ -257,6 +278,12 @@ impl ChromiumCubic {
         }
     }
 
+    /// A packet of this ACK acknowledged (quinn's `on_ack`): handled at `on_end_acks`.
+    fn queue_ack(&mut self, sent: Instant, bytes: u64, min_rtt: Duration) {
+        self.min_rtt = min_rtt;
+        self.batch.push((sent, bytes));
+    }
+
     pub(crate) fn slow_start_threshold(&self) -> u64 {
         self.threshold
     }
@@ -268,11 +295,16 @@ impl Controller for ChromiumCubic {
         self.hystart.on_sent(now);
     }
 
-    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &RttEstimator) {
-        self.acked(now, sent, bytes, app_limited, rtt.min());
+    fn on_ack(&mut self, _now: Instant, sent: Instant, bytes: u64, _app_limited: bool, rtt: &RttEstimator) {
+        self.queue_ack(sent, bytes, rtt.min());
     }
 
-    fn on_end_acks(&mut self, _now: Instant, _in_flight: u64, _app_limited: bool, _largest: Option<u64>) {
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, _app_limited: bool, _largest: Option<u64>) {
+        let prior_in_flight = in_flight + self.batch.iter().map(|&(_, bytes)| bytes).sum::<u64>();
+        for (sent, bytes) in std::mem::take(&mut self.batch) {
+            let app_limited = !self.is_cwnd_limited(prior_in_flight);
+            self.acked(now, sent, bytes, app_limited, self.min_rtt);
+        }
         let Some((sent, latest_rtt)) = self.ack_sample.take() else {
             return;
         };

@@ -60,6 +60,39 @@ fn no_growth_while_application_limited() {
 }
 
 #[test]
+fn grows_only_while_the_bytes_in_flight_before_the_ack_fill_the_window() {
+    // Congestion avoidance at 100 packets: an ACK with 3 × 1460 bytes or less of the window
+    // unused before it grows the window; one with more unused (the pacer behind a window that
+    // grew) does not, and restarts the Cubic epoch.
+    let t0 = Instant::now();
+    for (unused, grows) in [(3 * MSS, true), (3 * MSS + 1, false)] {
+        let mut cc = ChromiumCubic::new();
+        cc.window = 100 * MSS;
+        cc.threshold = 100 * MSS;
+        for i in 0..3000u64 {
+            let now = at(t0, i);
+            cc.on_sent(now, 1350, i);
+            cc.queue_ack(now, 1350, MS * 40);
+            cc.on_end_acks(now, cc.window() - unused - 1350, false, None);
+        }
+        assert_eq!(cc.window() > 100 * MSS, grows, "{unused} bytes unused: window {}", cc.window());
+        assert_eq!(cc.cubic.epoch.is_some(), grows);
+    }
+}
+
+#[test]
+fn in_slow_start_more_than_half_the_window_in_flight_counts_as_window_limited() {
+    let t0 = Instant::now();
+    for (in_flight, grows) in [(16 * MSS + 1, true), (16 * MSS, false)] {
+        let mut cc = ChromiumCubic::new();
+        cc.on_sent(t0, 1350, 0);
+        cc.queue_ack(t0, 1350, MS * 40);
+        cc.on_end_acks(at(t0, 40), in_flight - 1350, false, None);
+        assert_eq!(cc.window() > INITIAL_WINDOW, grows, "{in_flight} bytes in flight");
+    }
+}
+
+#[test]
 fn persistent_congestion_drops_to_the_minimum_window() {
     let t0 = Instant::now();
     let mut cc = ChromiumCubic::new();
