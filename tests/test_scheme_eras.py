@@ -53,7 +53,7 @@ def test_a_label_resolves_to_the_port_of_its_era_and_never_to_a_stand_in_by_defa
 
 
 def test_an_unmeasured_port_of_the_era_is_the_stand_in_named_before_a_generic_one():
-    # quic in 2018: quic-2018 (no reference build, fidelity unmeasured) before quinn's quic-cubic
+    # a port whose fidelity is unmeasured (quic-2018 before its reference build) before a generic stand-in
     port = scheme("quic-2018", port=PortOf("quic", ("2018",), "google/proto-quic 77961f1"))
     generic = scheme("quic-cubic", aliases=("quic",), fidelity=OFF)
     reg = registry(generic, port)
