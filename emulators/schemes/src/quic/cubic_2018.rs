@@ -301,10 +301,14 @@ impl Controller for ChromiumCubic {
 
     fn on_end_acks(&mut self, now: Instant, in_flight: u64, _app_limited: bool, _largest: Option<u64>) {
         let prior_in_flight = in_flight + self.batch.iter().map(|&(_, bytes)| bytes).sum::<u64>();
-        for (sent, bytes) in std::mem::take(&mut self.batch) {
+        // Taken and given back emptied, so the next ACK's packets reuse its allocation.
+        let mut batch = std::mem::take(&mut self.batch);
+        for &(sent, bytes) in &batch {
             let app_limited = !self.is_cwnd_limited(prior_in_flight);
             self.acked(now, sent, bytes, app_limited, self.min_rtt);
         }
+        batch.clear();
+        self.batch = batch;
         let Some((sent, latest_rtt)) = self.ack_sample.take() else {
             return;
         };
