@@ -151,15 +151,27 @@ def lateness(summary: Path) -> dict[str, float]:
             "late >1ms %": 100 * late["over_1ms_packets"] / late["packets"]}
 
 
+def connections(summary: Path) -> int | None:
+    """How many connections (5-tuples) crossed the engine's link in a run: more than its flows
+    when a program connected again (None for a summary without the count: Mahimahi's runs)."""
+    count = json.loads(summary.read_text()).get("flows") if summary.exists() else None
+    return int(count) if isinstance(count, int) else None
+
+
 def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
-            logs: Logs = Logs(), grace_s: float = 2.0, backend: Backend = Backend()) -> list[str]:
-    """The engine's full command line; traces and the summary go to ``workdir``."""
+            logs: Logs = Logs(), grace_s: float = 2.0, backend: Backend = Backend(),
+            flow_ports: Sequence[int] = ()) -> list[str]:
+    """The engine's full command line; traces and the summary go to ``workdir``.  With
+    ``flow_ports``, flow N of the Pantheon-format logs is every connection on the Nth port
+    (Pantheon's Nth tunnel); without, connections are numbered in order of appearance."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     args = ([str(binaries.find(binaries.LINK))] + config.engine_args(workdir) + logs.arguments()
             + backend.arguments())
     for endpoint in endpoints:
         args += ["--run", endpoint.argument()]
+    for port in flow_ports:
+        args += ["--flow-port", str(port)]
     if stop_after is not None:
         args += ["--stop-after", f"{stop_after:g}"]
     return args + ["--grace", f"{grace_s:g}", "--summary", str(workdir / "engine-summary.json")]
@@ -167,14 +179,15 @@ def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: P
 
 def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
         logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True,
-        backend: Backend = Backend(), stop: threading.Event | None = None) -> EngineResult:
+        backend: Backend = Backend(), stop: threading.Event | None = None,
+        flow_ports: Sequence[int] = ()) -> EngineResult:
     """Run one emulation to its end. With ``check``, a failure raises a typed error that
     carries the engine's one-line message.  Setting ``stop`` (from another thread) stops the
     engine and raises KeyboardInterrupt here, as Ctrl-C does."""
     if not endpoints:
         raise InputError("an emulation needs at least one endpoint command")
     args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s,
-                   backend=backend)
+                   backend=backend, flow_ports=flow_ports)
     summary_path = Path(workdir) / "engine-summary.json"
     summary_path.unlink(missing_ok=True)
     # The engine's temporary files go into workdir, a scratch directory removed however the run

@@ -36,6 +36,7 @@ from calibrate.schemes import Scheme
 from calibrate.targets.model import Workload
 
 FIRST_SIDE_SETUP_S = 3.0  # test.py's run_first_setup_time
+MAX_SETUP_S = 30.0  # a longer setup, for a program slow to listen on this host, is at most this
 # Pantheon's second side is a Python wrapper that the tunnel manager starts when test.py writes
 # its command; nothing aligns that start with mm-link's clock, and the interpreter's start-up
 # alone varies by milliseconds, so a flow's first packet meets the link's delivery schedule at
@@ -75,20 +76,26 @@ def check_workload(workload: Workload) -> None:
         raise InputError(f"--replicates (runs per scheme) must be >= 1, got {workload.run_times}")
 
 
-def stop_after_s(workload: Workload) -> float:
+def stop_after_s(workload: Workload, setup_s: float = FIRST_SIDE_SETUP_S) -> float:
     """Engine deadline: setup time, then the runtime."""
-    return FIRST_SIDE_SETUP_S + workload.runtime_s
+    return setup_s + workload.runtime_s
 
 
-def flow_endpoints(scheme: Scheme, workload: Workload, phase: random.Random) -> list[Endpoint]:
+def flow_ports(workload: Workload) -> list[int]:
+    """Flow N's port: the flow number of the logs is Pantheon's tunnel, so every connection
+    on it is that flow (a client that connects again, as Pantheon's quic wrapper may, too)."""
+    return [BASE_PORT + flow for flow in range(1, workload.flows + 1)]
+
+
+def flow_endpoints(scheme: Scheme, workload: Workload, phase: random.Random,
+                   setup_s: float = FIRST_SIDE_SETUP_S) -> list[Endpoint]:
     """Per flow, the first side at t=0 on its own port and the second side at
-    3 s + (flow-1) x interval, plus a start-up phase drawn from `phase` (up to
+    setup (3 s) + (flow-1) x interval, plus a start-up phase drawn from `phase` (up to
     START_PHASE_SPREAD_S), connecting to $EMU_PEER on that port."""
     endpoints = []
-    for flow in range(1, workload.flows + 1):
-        port = BASE_PORT + flow
+    for flow, port in enumerate(flow_ports(workload), start=1):
         endpoints.append(Endpoint(scheme.run_first, scheme.command(scheme.run_first, port), 0.0))
-        start = (FIRST_SIDE_SETUP_S + (flow - 1) * workload.interval_s
+        start = (setup_s + (flow - 1) * workload.interval_s
                  + phase.uniform(0.0, START_PHASE_SPREAD_S))
         endpoints.append(Endpoint(scheme.run_second, scheme.command(scheme.run_second, port), start))
     return endpoints
@@ -157,7 +164,7 @@ class RunOutcome:
 def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: Workload,
                data_dir: Path | str, *, cc: str | None = None, grace_s: float = 2.0,
                backend: engine.Backend = engine.Backend(),
-               stop: threading.Event | None = None) -> RunOutcome:
+               stop: threading.Event | None = None, setup_s: float = FIRST_SIDE_SETUP_S) -> RunOutcome:
     """Run one scheme once over one emulator, Pantheon-style, and measure it (over our engine,
     or through the user's real Mahimahi shells with `backend`).
 
@@ -166,8 +173,13 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     scratch directory (`calibrate.scratch`) for the length of the run.  A failed run is
     returned with its reason, not raised; only a problem with the input or the host raises
     (InputError, EnvironmentProblem), and an interruption (KeyboardInterrupt; `stop` set).
+    `setup_s`: how long the first sides get before the second sides start, Pantheon's 3 s
+    unless a program needs longer to listen on this host (the benchmark gives both of its sides
+    the same; the run's behaviour does not otherwise depend on it).
     """
     check_workload(workload)
+    if not math.isfinite(setup_s) or not 0 <= setup_s <= MAX_SETUP_S:
+        raise InputError(f"the first sides' setup time must be in [0, {MAX_SETUP_S:g}] s, got {setup_s:g}")
     if not scheme.available:
         raise InputError(f"scheme {scheme.name} is not available here: {scheme.unavailable_reason}")
     cc = cc or scheme.name
@@ -186,10 +198,10 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         config = replace(run, uplink_trace=up, downlink_trace=down)
         launched = dt.datetime.now(dt.UTC)
         # The start-up phases are the run's, like its losses: a replicate draws its own.
-        endpoints = flow_endpoints(scheme, workload, random.Random(run.loss_seed))
+        endpoints = flow_endpoints(scheme, workload, random.Random(run.loss_seed), setup_s)
         result = engine.run(config, endpoints, workdir=Path(workdir),
-                            stop_after=stop_after_s(workload), logs=logs, grace_s=grace_s, check=False,
-                            backend=backend, stop=stop)
+                            stop_after=stop_after_s(workload, setup_s), logs=logs, grace_s=grace_s, check=False,
+                            backend=backend, stop=stop, flow_ports=flow_ports(workload))
         summary_file = Path(workdir) / "engine-summary.json"
         if summary_file.exists():
             shutil.copyfile(summary_file, paths.engine_summary)
@@ -201,10 +213,10 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     summary = result.summary
     init_ms = summary.get("init_timestamp_ms")
     origin = dt.datetime.fromtimestamp(init_ms / 1000, dt.UTC) if init_ms else launched
-    start_at = origin + dt.timedelta(seconds=FIRST_SIDE_SETUP_S)
-    end_at = origin + dt.timedelta(seconds=summary.get("duration_s", stop_after_s(workload)))
+    start_at = origin + dt.timedelta(seconds=setup_s)
+    end_at = origin + dt.timedelta(seconds=summary.get("duration_s", stop_after_s(workload, setup_s)))
     stop_reason = summary.get("stop_reason")
-    failure = _failure(result, workload)
+    failure = _failure(result, stop_after_s(workload, setup_s))
     stats = analyze_datalink_log(paths.datalink) if paths.datalink.exists() else None
     if failure:
         validity = Validity(False, failure)
@@ -217,7 +229,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
                       run.loss_seed, stop_reason)
 
 
-def _failure(result: engine.EngineResult, workload: Workload) -> str | None:
+def _failure(result: engine.EngineResult, stop_after: float) -> str | None:
     """Why the run did not go to its deadline, if it did not: an endpoint crashed or quit early
     (schemes run until killed), or the engine failed."""
     if result.returncode != 0:
@@ -231,7 +243,7 @@ def _failure(result: engine.EngineResult, workload: Workload) -> str | None:
         e = quitters[0]
         return (f"the {e['side']} endpoint `{e['command']}` exited on its own (status "
                 f"{e['exit_code']}) after {e.get('ended_at_s') or 0:.2f} s of "
-                f"{stop_after_s(workload):g} s; a scheme must run until it is stopped")
+                f"{stop_after:g} s; a scheme must run until it is stopped")
     return f"the emulation stopped early ({reason})"
 
 

@@ -162,6 +162,24 @@ def test_a_source_that_connects_before_its_sink_listens_is_one_flow(tmp_path):
     assert stats.flows[1].departed_packets > 1000
 
 
+@pytest.mark.parametrize("by_port", [True, False])
+def test_flow_ports_number_flows_by_their_tunnel(tmp_path, by_port):
+    """With flow ports, flow N is every connection on the Nth port, as Pantheon's Nth tunnel: a
+    second connection to flow 1's port (a client trying again) stays flow 1, and flow 2 is 2 even
+    when it starts first. Without them, each connection is a flow in order of appearance."""
+    logs = Logs(datalink=tmp_path / "d.log")
+    endpoints = [Endpoint("receiver", probe("udp-sink", 5001, tmp_path / "r1.json")),
+                 Endpoint("receiver", probe("udp-sink", 5002, tmp_path / "r2.json")),
+                 Endpoint("sender", probe("udp-probe", "-", 5002, 100, 1000), start_s=0.3),
+                 Endpoint("sender", probe("udp-probe", "-", 5001, 100, 1000), start_s=0.6),
+                 Endpoint("sender", probe("udp-probe", "-", 5001, 100, 1000), start_s=0.9)]
+    engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=1.6, logs=logs,
+               flow_ports=(5001, 5002) if by_port else ())
+    stats = analyze_datalink_log(logs.datalink)
+    packets = {flow: s.departed_packets for flow, s in sorted(stats.flows.items())}
+    assert packets == ({1: 200, 2: 100} if by_port else {1: 100, 2: 100, 3: 100}), packets
+
+
 def test_two_instances_at_once_match_one(solo_cubic, tmp_path):
     """Two engines at once, each in its own namespaces and TUN devices, each see their own flow only
     and give it the link and the queue a lone engine gives it."""

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from calibrate.emulator import EmulatorConfig
+from calibrate.errors import InputError
 from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
 from calibrate.schemes import load_registry
 from calibrate.scripted import (
@@ -268,3 +269,19 @@ def test_emulate_warns_when_spinning_senders_outnumber_the_cores(tmp_path):
     assert f"use --parallel {cores}" in warning
     assert "cubic" not in warning.split("use --parallel")[0]
     assert len(json.loads(result.stdout)["runs"]) == 2 * at_once
+
+
+def test_a_longer_setup_moves_the_second_sides_and_is_bounded(tmp_path):
+    """A setup longer than Pantheon's 3 s (the benchmark's, for an upstream slow to listen)
+    starts the second sides that much later; a setup out of [0, 30] s is refused, and nothing
+    runs."""
+    registry = load_registry()
+    scheme = registry.resolve("cubic")
+    workload = Workload(3, 10.0, 30.0, 1)
+    seconds = [e.start_s for e in flow_endpoints(scheme, workload, random.Random(1), 8.0)
+               if e.side == scheme.run_second]
+    assert [math.floor(s) for s in seconds] == [8, 18, 28]
+    for bad in (-1.0, 31.0, math.nan):
+        with pytest.raises(InputError, match=r"setup time must be in \[0, 30\] s"):
+            run_scheme(EmulatorConfig.parse(PATH_12), scheme, 1, workload, tmp_path / "runs", setup_s=bad)
+    assert not (tmp_path / "runs").exists()

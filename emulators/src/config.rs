@@ -42,6 +42,10 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
   --datalink-log FILE, --acklink-log FILE    Pantheon-format logs (one-way delay over the path)
   --receiver CMD, --sender CMD  shell command started at 0 s in that side's namespace
   --run SIDE[@SECONDS]:CMD      shell command started SECONDS after the start (SIDE: sender|receiver)
+  --flow-port PORT             the Nth --flow-port is flow N of the Pantheon-format logs: every
+                               connection with either end on it (Pantheon's Nth tunnel); other
+                               connections take the lowest free number. Without it, connections
+                               are numbered in order of first appearance
   --stop-after SECONDS         stop everything after this long
   --grace SECONDS              time endpoints get to exit after SIGTERM (default 2)
   --summary FILE               write a JSON summary (counters, endpoint exits) at the end
@@ -122,6 +126,8 @@ pub struct Config {
     pub datalink_log: Option<PathBuf>,
     pub acklink_log: Option<PathBuf>,
     pub endpoints: Vec<EndpointSpec>,
+    /// `--flow-port`s in order: flow N's port is `flow_ports[N - 1]`.
+    pub flow_ports: Vec<u16>,
     pub stop_after: Option<f64>,
     pub grace: f64,
     pub summary: Option<PathBuf>,
@@ -144,6 +150,7 @@ struct Raw {
     mahimahi_user: Option<String>,
     logs: [Option<String>; 4],
     endpoints: Vec<EndpointSpec>,
+    flow_ports: Vec<String>,
     stop_after: Option<String>,
     grace: Option<String>,
     summary: Option<String>,
@@ -207,6 +214,7 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
             "sender" => raw.endpoints.push(EndpointSpec::shell_command(SideName::Sender, 0.0, &value()?)),
             "receiver" => raw.endpoints.push(EndpointSpec::shell_command(SideName::Receiver, 0.0, &value()?)),
             "run" => raw.endpoints.push(parse_run(&value()?)?),
+            "flow-port" => raw.flow_ports.push(value()?),
             "stop-after" => raw.stop_after = Some(value()?),
             "grace" => raw.grace = Some(value()?),
             "summary" => raw.summary = Some(value()?),
@@ -324,6 +332,16 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         return Err(Error::input("--stop-after must be more than 0 seconds"));
     }
     let grace = raw.grace.as_deref().map(|t| parse_seconds("--grace", t)).transpose()?.unwrap_or(2.0);
+    let mut flow_ports: Vec<u16> = Vec::new();
+    for text in &raw.flow_ports {
+        match text.parse::<u16>() {
+            Ok(port) if port > 0 && !flow_ports.contains(&port) => flow_ports.push(port),
+            Ok(port) if port > 0 => {
+                return Err(Error::input(format!("--flow-port {port} is given twice: give each flow's port once")))
+            }
+            _ => return Err(Error::input(format!("--flow-port must be a port from 1 to 65535, got {text:?}"))),
+        }
+    }
     let realtime_priority = match raw.realtime_priority.as_deref() {
         None => 10,
         Some(text) => match text.parse::<i32>() {
@@ -359,6 +377,7 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         datalink_log,
         acklink_log,
         endpoints,
+        flow_ports,
         stop_after,
         grace,
         summary: raw.summary.map(PathBuf::from),
@@ -451,6 +470,9 @@ pub(crate) mod tests {
         assert!(error(&[&t, &t, "--bogus"]).contains("unknown option --bogus"));
         assert!(error(&[&t, &t, "--run", "middle:ls"]).contains("expected SIDE[@SECONDS]:COMMAND"));
         assert!(error(&[&t, &t, "--stop-after", "0"]).contains("more than 0"));
+        assert!(error(&[&t, &t, "--flow-port", "0"]).contains("a port from 1 to 65535"));
+        assert!(error(&[&t, &t, "--flow-port", "70000"]).contains("a port from 1 to 65535"));
+        assert!(error(&[&t, &t, "--flow-port", "50001", "--flow-port", "50001"]).contains("given twice"));
         assert!(error(&[&t, "/nonexistent/trace"]).contains("cannot read trace file /nonexistent/trace"));
         let bad = trace_file("1\n2 \n");
         assert!(error(&[&bad, &t]).contains(":2: invalid integer"));

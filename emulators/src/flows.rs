@@ -1,7 +1,10 @@
 //! Flow numbers for the Pantheon-format log: one per connection (5-tuple, either
-//! direction), numbered from 1 in order of first appearance.
+//! direction), numbered from 1 in order of first appearance; or, given flow ports, Pantheon's
+//! own numbering: flow N is everything of its N-th tunnel, which in a scripted run is every
+//! connection to the N-th flow's port (a scheme that connects again, such as Pantheon's quic
+//! wrapper retrying its client, stays one flow, as it did in Pantheon's tunnel).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// Protocol plus the two (address, port) ends, ordered so both directions give one key.
 type Key = [u8; 37];
@@ -9,35 +12,55 @@ type Key = [u8; 37];
 #[derive(Default)]
 pub struct Flows {
     ids: HashMap<Key, u32>,
+    /// `ports[N - 1]`: the port of flow N (a connection with either end on it is flow N).
+    ports: Vec<u16>,
+    /// The numbers some connection already has.
+    used: BTreeSet<u32>,
 }
 
 impl Flows {
+    /// Numbering by flow ports: a connection with either end on `ports[N - 1]` is flow N; any
+    /// other connection takes the lowest number no connection has yet (so a 1-flow run whose
+    /// program picked a port of its own is still flow 1).
+    pub fn with_ports(ports: Vec<u16>) -> Self {
+        Flows { ports, ..Self::default() }
+    }
+
     /// The flow number of an IP packet (IPv4 or IPv6); unparseable packets share flow 0.
     pub fn id(&mut self, packet: &[u8]) -> u32 {
-        let Some(key) = connection_key(packet) else { return 0 };
-        let next = self.ids.len() as u32 + 1;
-        *self.ids.entry(key).or_insert(next)
+        let Some((key, ends)) = connection_key(packet) else { return 0 };
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let by_port = self.ports.iter().position(|p| ends.contains(p)).map(|i| i as u32 + 1);
+        let id = by_port.unwrap_or_else(|| (1..).find(|n| !self.used.contains(n)).expect("a free number"));
+        self.used.insert(id);
+        self.ids.insert(key, id);
+        id
     }
 
     /// The flow number of a packet's connection if it is known already.
     pub fn get(&self, packet: &[u8]) -> Option<u32> {
-        self.ids.get(&connection_key(packet)?).copied()
+        self.ids.get(&connection_key(packet)?.0).copied()
     }
 
     /// Give a packet's connection an existing flow number (the same connection seen elsewhere,
     /// e.g. behind a NAT that rewrote its addresses).
     pub fn assign(&mut self, packet: &[u8], id: u32) {
-        if let Some(key) = connection_key(packet) {
+        if let Some((key, _)) = connection_key(packet) {
             self.ids.entry(key).or_insert(id);
+            self.used.insert(id);
         }
     }
 
+    /// How many connections were seen.
     pub fn count(&self) -> usize {
         self.ids.len()
     }
 }
 
-fn connection_key(packet: &[u8]) -> Option<Key> {
+/// A packet's connection and the ports of its two ends (0 where the protocol has none).
+fn connection_key(packet: &[u8]) -> Option<(Key, [u16; 2])> {
     let version = packet.first()? >> 4;
     let (protocol, src, dst, transport): (u8, &[u8], &[u8], Option<&[u8]>) = match version {
         4 => {
@@ -83,7 +106,12 @@ fn connection_key(packet: &[u8]) -> Option<Key> {
     key[0] = protocol;
     key[1..19].copy_from_slice(&low);
     key[19..].copy_from_slice(&high);
-    Some(key)
+    // An ICMP identifier is not a port: it never names a flow.
+    let ends = match protocol {
+        1 | 58 => [0, 0],
+        _ => [u16::from_be_bytes(src_port), u16::from_be_bytes(dst_port)],
+    };
+    Some((key, ends))
 }
 
 #[cfg(test)]
@@ -112,5 +140,26 @@ mod tests {
         assert_eq!(flows.id(&ipv4(17, s, r, 40000, 5000)), 3); // UDP is another connection
         assert_eq!(flows.id(&[0x45, 0]), 0);
         assert_eq!(flows.count(), 3);
+    }
+
+    #[test]
+    fn flow_ports_number_connections_by_their_tunnel() {
+        let mut flows = Flows::with_ports(vec![50001, 50002, 50003]);
+        let s = [100, 64, 0, 2];
+        let r = [100, 64, 0, 1];
+        // Flow 2 starts first; its number is its port's, not its order.
+        assert_eq!(flows.id(&ipv4(17, r, s, 41000, 50002)), 2);
+        assert_eq!(flows.id(&ipv4(17, r, s, 41001, 50001)), 1);
+        // A second connection to flow 1's port (a client that tried again) is flow 1, both ways.
+        assert_eq!(flows.id(&ipv4(17, r, s, 41002, 50001)), 1);
+        assert_eq!(flows.id(&ipv4(17, s, r, 50001, 41002)), 1);
+        // A connection on no flow port takes the lowest number nothing has yet.
+        assert_eq!(flows.id(&ipv4(17, s, r, 60001, 42000)), 3);
+        assert_eq!(flows.id(&ipv4(17, s, r, 60002, 42001)), 4);
+        assert_eq!(flows.id(&ipv4(6, r, s, 43000, 50003)), 3);
+        assert_eq!(flows.count(), 6);
+        // One flow whose program listens on a port of its own (the 2017 sprout) is flow 1.
+        let mut one = Flows::with_ports(vec![50001]);
+        assert_eq!(one.id(&ipv4(17, r, s, 41000, 60001)), 1);
     }
 }

@@ -324,19 +324,18 @@ pub struct Measurement {
     buffer: Vec<u8>,
 }
 
-impl Default for Measurement {
-    fn default() -> Self {
+impl Measurement {
+    /// `flow_ports`: as the engine's (`Flows::with_ports`).
+    pub fn new(flow_ports: &[u16]) -> Self {
         Measurement {
             matchers: [Matcher::default(), Matcher::default()],
             counters: [Counters::default(); 2],
-            inner_flows: Flows::default(),
+            inner_flows: Flows::with_ports(flow_ports.to_vec()),
             outer_flows: Flows::default(),
             buffer: vec![0; 65536],
         }
     }
-}
 
-impl Measurement {
     /// Read what tap `which` (0 inner, 1 outer) has; `init_us` is the zero point's wall-clock
     /// time in microseconds. `logs` are [uplink (data), downlink (ACKs)].
     pub fn read(&mut self, shells: &Shells, which: usize, init_us: u64, logs: &mut [DirectionLogs; 2]) -> Result<()> {

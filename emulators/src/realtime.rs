@@ -352,7 +352,7 @@ impl Emulation {
                 let shells = Shells::start(config, user, spawn)?;
                 Ok(Emulation::Mahimahi {
                     shells,
-                    measurement: Measurement::default(),
+                    measurement: Measurement::new(&config.flow_ports),
                     logs,
                     init_us: clock.init_timestamp_ms * 1000,
                 })
@@ -517,7 +517,7 @@ pub fn run(config: Config) -> Result<i32> {
     };
     let interactive = endpoints.iter().any(|e| e.spec.interactive);
     let deadline_us = config.stop_after.map(|s| (s * 1e6) as u64);
-    let mut flows = Flows::default();
+    let mut flows = Flows::with_ports(config.flow_ports.clone());
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let mut failure: Option<Error> = None;
     let stop_reason;
