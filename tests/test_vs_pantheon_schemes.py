@@ -177,6 +177,12 @@ def test_three_flow_rows_run_pantheons_multi_flow_workload_and_show_each_flows_s
     (row,) = bench.summarize(runs).to_dict("records")
     assert row["Δtput %"] == 0 and row["pass"] == "PASS"
     assert row["worst |Δflow tput| %"] == pytest.approx(50.0)  # flow 3: 2 -> 3 Mbit/s
+    assert math.isnan(row["up extra conns"])  # runs recorded before the connections count
+    # an upstream client that connected again in one run of two: half an extra connection a run
+    runs["flows"], runs["connections"] = 3, [4 if (s, r) == ("upstream", 1) else 3
+                                             for s, r in zip(runs["side"], runs["replicate"], strict=True)]
+    (row,) = bench.summarize(runs).to_dict("records")
+    assert (row["up extra conns"], row["port extra conns"]) == (0.5, 0.0)
     # the recorded runtime is --runtime, the 1-flow runs', not the 3-flow rows' 30 s
     runs["flows"], runs["runtime"] = 3, 30.0
     single = runs_frame(MATRIX_RUNS).assign(flows=1)
