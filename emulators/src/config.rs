@@ -333,9 +333,10 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
     }
     let grace = raw.grace.as_deref().map(|t| parse_seconds("--grace", t)).transpose()?.unwrap_or(2.0);
     let mut flow_ports: Vec<u16> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for text in &raw.flow_ports {
         match text.parse::<u16>() {
-            Ok(port) if port > 0 && !flow_ports.contains(&port) => flow_ports.push(port),
+            Ok(port) if port > 0 && seen.insert(port) => flow_ports.push(port),
             Ok(port) if port > 0 => {
                 return Err(Error::input(format!("--flow-port {port} is given twice: give each flow's port once")))
             }

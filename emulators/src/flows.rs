@@ -9,21 +9,28 @@ use std::collections::{BTreeSet, HashMap};
 /// Protocol plus the two (address, port) ends, ordered so both directions give one key.
 type Key = [u8; 37];
 
-#[derive(Default)]
 pub struct Flows {
     ids: HashMap<Key, u32>,
     /// `ports[N - 1]`: the port of flow N (a connection with either end on it is flow N).
     ports: Vec<u16>,
-    /// The numbers some connection already has.
+    /// The numbers some connection already has, and the lowest number none has (numbers are
+    /// never given back, so it only rises).
     used: BTreeSet<u32>,
+    lowest_free: u32,
+}
+
+impl Default for Flows {
+    fn default() -> Self {
+        Flows::with_ports(Vec::new())
+    }
 }
 
 impl Flows {
     /// Numbering by flow ports: a connection with either end on `ports[N - 1]` is flow N; any
     /// other connection takes the lowest number no connection has yet (so a 1-flow run whose
-    /// program picked a port of its own is still flow 1).
+    /// program picked a port of its own is still flow 1). Without ports: in order of appearance.
     pub fn with_ports(ports: Vec<u16>) -> Self {
-        Flows { ports, ..Self::default() }
+        Flows { ids: HashMap::new(), ports, used: BTreeSet::new(), lowest_free: 1 }
     }
 
     /// The flow number of an IP packet (IPv4 or IPv6); unparseable packets share flow 0.
@@ -33,9 +40,9 @@ impl Flows {
             return id;
         }
         let by_port = self.ports.iter().position(|p| ends.contains(p)).map(|i| i as u32 + 1);
-        let id = by_port.unwrap_or_else(|| (1..).find(|n| !self.used.contains(n)).expect("a free number"));
-        self.used.insert(id);
+        let id = by_port.unwrap_or(self.lowest_free);
         self.ids.insert(key, id);
+        self.mark_used(id);
         id
     }
 
@@ -49,13 +56,20 @@ impl Flows {
     pub fn assign(&mut self, packet: &[u8], id: u32) {
         if let Some((key, _)) = connection_key(packet) {
             self.ids.entry(key).or_insert(id);
-            self.used.insert(id);
+            self.mark_used(id);
         }
     }
 
     /// How many connections were seen.
     pub fn count(&self) -> usize {
         self.ids.len()
+    }
+
+    fn mark_used(&mut self, id: u32) {
+        self.used.insert(id);
+        while self.used.contains(&self.lowest_free) {
+            self.lowest_free += 1;
+        }
     }
 }
 
