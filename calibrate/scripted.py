@@ -183,6 +183,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     if not scheme.available:
         raise InputError(f"scheme {scheme.name} is not available here: {scheme.unavailable_reason}")
     cc = cc or scheme.name
+    stop_after = stop_after_s(workload, setup_s)
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     paths = RunPaths.of(data_dir, cc, run_id)
@@ -200,7 +201,7 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         # The start-up phases are the run's, like its losses: a replicate draws its own.
         endpoints = flow_endpoints(scheme, workload, random.Random(run.loss_seed), setup_s)
         result = engine.run(config, endpoints, workdir=Path(workdir),
-                            stop_after=stop_after_s(workload, setup_s), logs=logs, grace_s=grace_s, check=False,
+                            stop_after=stop_after, logs=logs, grace_s=grace_s, check=False,
                             backend=backend, stop=stop, flow_ports=flow_ports(workload))
         summary_file = Path(workdir) / "engine-summary.json"
         if summary_file.exists():
@@ -214,9 +215,9 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
     init_ms = summary.get("init_timestamp_ms")
     origin = dt.datetime.fromtimestamp(init_ms / 1000, dt.UTC) if init_ms else launched
     start_at = origin + dt.timedelta(seconds=setup_s)
-    end_at = origin + dt.timedelta(seconds=summary.get("duration_s", stop_after_s(workload, setup_s)))
+    end_at = origin + dt.timedelta(seconds=summary.get("duration_s", stop_after))
     stop_reason = summary.get("stop_reason")
-    failure = _failure(result, stop_after_s(workload, setup_s))
+    failure = _failure(result, stop_after)
     stats = analyze_datalink_log(paths.datalink) if paths.datalink.exists() else None
     if failure:
         validity = Validity(False, failure)
