@@ -35,9 +35,14 @@
 //! Packet numbers are replaced by send times (quinn tells a controller when acknowledged and
 //! lost packets were sent, not their numbers); the latest RTT sample is the send-to-ack time
 //! of the last packet of an ACK (Chromium subtracts the peer's ack delay). Not reproduced:
-//! proportional rate reduction in recovery (here the window alone gates sending), and
-//! Chromium's slow-start pacing rate (2 × window / srtt: quinn's pacer sends at 1.25 ×
-//! window / srtt throughout, Chromium's congestion-avoidance rate).
+//! proportional rate reduction in recovery (here the window alone gates sending).
+//!
+//! On a sender, the controller is given a `SendGate`: it tells the gate its window, slow
+//! start, recovery, smoothed RTT and the bytes in flight, and reports quinn a window above
+//! 4 GiB, so that the gate, Chromium's window check and pacer, decides when packets leave
+//! rather than quinn's own (`send_gate`). The bytes in flight before an ACK leave out the
+//! datagram the gate holds. Without a gate (the receiver, the unit tests) quinn sends by
+//! this window and its own pacer.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -45,6 +50,8 @@ use std::time::{Duration, Instant};
 
 use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
+
+use super::send_gate::{SendGate, SenderState};
 
 /// `kDefaultTCPMSS`: the unit of Chromium's window arithmetic.
 pub(crate) const MSS: u64 = 1460;
@@ -66,6 +73,12 @@ const CUBE_WINDOW_SCALE: i128 = 410;
 const CUBE_FACTOR: u64 = (1u64 << CUBE_SCALE) / 410 / MSS;
 /// `MaxCubicTimeInterval`.
 const CUBIC_UPDATE_INTERVAL: Duration = Duration::from_millis(30);
+/// The window reported to quinn when a `SendGate` decides instead: above 4 GiB, which turns
+/// quinn's pacer off (`Pacer::delay`) and never blocks it.
+const GATED_WINDOW: u64 = 1 << 33;
+/// `kMinRetransmissionTimeMs`; the gate's retransmission timeout is the larger of it and two
+/// RTTs (quinn does not expose the RTT variation of Chromium's srtt + 4 × rttvar).
+pub(crate) const MIN_RTO: Duration = Duration::from_millis(200);
 /// `HybridSlowStart`'s constants.
 const HYSTART_LOW_WINDOW: u64 = 16;
 const HYSTART_MIN_SAMPLES: u32 = 8;
@@ -198,9 +211,14 @@ impl HybridSlowStart {
     }
 }
 
-/// `TcpCubicSenderBytes` with `PacingSender`'s pacing left to quinn (see the module doc).
+/// `TcpCubicSenderBytes`; with a `SendGate`, the gate sends by its window and Chromium's
+/// pacer, otherwise quinn does by its own (see the module doc).
 #[derive(Clone, Debug)]
 pub(crate) struct ChromiumCubic {
+    gate: Option<Arc<SendGate>>,
+    /// The smoothed RTT and the retransmission timeout the gate paces and waits by.
+    srtt: Duration,
+    rto: Duration,
     window: u64,
     threshold: u64,
     cubic: CubicBytes,
@@ -221,8 +239,11 @@ pub(crate) struct ChromiumCubic {
 }
 
 impl ChromiumCubic {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(gate: Option<Arc<SendGate>>) -> Self {
         Self {
+            gate,
+            srtt: Duration::ZERO,
+            rto: MIN_RTO,
             window: INITIAL_WINDOW,
             threshold: MAX_WINDOW,
             cubic: CubicBytes::default(),
@@ -287,40 +308,10 @@ impl ChromiumCubic {
     pub(crate) fn slow_start_threshold(&self) -> u64 {
         self.threshold
     }
-}
 
-impl Controller for ChromiumCubic {
-    fn on_sent(&mut self, now: Instant, _bytes: u64, _last_packet_number: u64) {
-        self.last_sent = Some(now);
-        self.hystart.on_sent(now);
-    }
-
-    fn on_ack(&mut self, _now: Instant, sent: Instant, bytes: u64, _app_limited: bool, rtt: &RttEstimator) {
-        self.queue_ack(sent, bytes, rtt.min());
-    }
-
-    fn on_end_acks(&mut self, now: Instant, in_flight: u64, _app_limited: bool, _largest: Option<u64>) {
-        let prior_in_flight = in_flight + self.batch.iter().map(|&(_, bytes)| bytes).sum::<u64>();
-        // Taken and given back emptied, so the next ACK's packets reuse its allocation.
-        let mut batch = std::mem::take(&mut self.batch);
-        for &(sent, bytes) in &batch {
-            let app_limited = !self.is_cwnd_limited(prior_in_flight);
-            self.acked(now, sent, bytes, app_limited, self.min_rtt);
-        }
-        batch.clear();
-        self.batch = batch;
-        let Some((sent, latest_rtt)) = self.ack_sample.take() else {
-            return;
-        };
-        if self.in_slow_start() && self.hystart.should_exit(latest_rtt, self.min_rtt, self.window / MSS) {
-            self.threshold = self.window;
-        }
-        if self.in_slow_start() {
-            self.hystart.on_acked(sent);
-        }
-    }
-
-    fn on_congestion_event(&mut self, _now: Instant, sent: Instant, is_persistent_congestion: bool, _lost: u64) {
+    /// A loss of a packet sent at `sent` (`OnPacketLost`), or a persistent congestion (quinn's
+    /// stand-in for Chromium's retransmission timeout).
+    fn lost(&mut self, sent: Instant, is_persistent_congestion: bool) {
         if is_persistent_congestion {
             self.cutback = None;
             self.hystart.restart();
@@ -337,10 +328,78 @@ impl Controller for ChromiumCubic {
         self.cutback = self.last_sent.max(Some(sent));
     }
 
+    /// Tells the gate, if any, the sender's state after an event.
+    fn publish(&self) {
+        if let Some(gate) = &self.gate {
+            gate.publish(SenderState {
+                window: self.window,
+                slow_start: self.in_slow_start(),
+                recovery: self.in_recovery(),
+                srtt: self.srtt,
+                rto: self.rto,
+            });
+        }
+    }
+}
+
+impl Controller for ChromiumCubic {
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.last_sent = Some(now);
+        self.hystart.on_sent(now);
+        if let Some(gate) = &self.gate {
+            gate.on_built(bytes);
+        }
+    }
+
+    fn on_ack(&mut self, _now: Instant, sent: Instant, bytes: u64, _app_limited: bool, rtt: &RttEstimator) {
+        self.srtt = rtt.get();
+        self.rto = MIN_RTO.max(2 * rtt.conservative());
+        self.queue_ack(sent, bytes, rtt.min());
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, _app_limited: bool, _largest: Option<u64>) {
+        // A datagram the gate holds is in quinn's count but has not left.
+        let held = self.gate.as_ref().map_or(0, |gate| gate.held_bytes());
+        let prior_in_flight =
+            (in_flight + self.batch.iter().map(|&(_, bytes)| bytes).sum::<u64>()).saturating_sub(held);
+        if let Some(gate) = &self.gate {
+            gate.on_ack(now, in_flight);
+        }
+        // Taken and given back emptied, so the next ACK's packets reuse its allocation.
+        let mut batch = std::mem::take(&mut self.batch);
+        for &(sent, bytes) in &batch {
+            let app_limited = !self.is_cwnd_limited(prior_in_flight);
+            self.acked(now, sent, bytes, app_limited, self.min_rtt);
+        }
+        batch.clear();
+        self.batch = batch;
+        if let Some((sent, latest_rtt)) = self.ack_sample.take() {
+            if self.in_slow_start() && self.hystart.should_exit(latest_rtt, self.min_rtt, self.window / MSS) {
+                self.threshold = self.window;
+            }
+            if self.in_slow_start() {
+                self.hystart.on_acked(sent);
+            }
+        }
+        self.publish();
+    }
+
+    fn on_congestion_event(&mut self, _now: Instant, sent: Instant, is_persistent_congestion: bool, lost: u64) {
+        self.lost(sent, is_persistent_congestion);
+        if let Some(gate) = &self.gate {
+            gate.on_loss(lost);
+        }
+        self.publish();
+    }
+
     fn on_mtu_update(&mut self, _new_mtu: u16) {}
 
     fn window(&self) -> u64 {
-        self.window
+        if self.gate.is_some() {
+            GATED_WINDOW
+        } else {
+            self.window
+        }
     }
 
     fn metrics(&self) -> ControllerMetrics {
@@ -363,13 +422,16 @@ impl Controller for ChromiumCubic {
     }
 }
 
-/// Builds a [`ChromiumCubic`] per connection.
+/// Builds a [`ChromiumCubic`] per connection, all sending through `gate` if given (a
+/// sender's endpoint serves one connection, as Pantheon's `quic_server` serves its client).
 #[derive(Debug, Default)]
-pub(crate) struct ChromiumCubicConfig;
+pub(crate) struct ChromiumCubicConfig {
+    pub(crate) gate: Option<Arc<SendGate>>,
+}
 
 impl ControllerFactory for ChromiumCubicConfig {
     fn build(self: Arc<Self>, _now: Instant, _current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(ChromiumCubic::new())
+        Box::new(ChromiumCubic::new(self.gate.clone()))
     }
 }
 

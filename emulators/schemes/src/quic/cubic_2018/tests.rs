@@ -16,7 +16,7 @@ fn ack(cc: &mut ChromiumCubic, now: Instant, sent: Instant, bytes: u64, min_rtt:
 #[test]
 fn slow_start_adds_one_mss_per_acknowledged_packet_whatever_its_size() {
     let t0 = Instant::now();
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     assert_eq!(cc.window(), 32 * 1460);
     for i in 0..10 {
         cc.on_sent(at(t0, i), 1350, i);
@@ -30,7 +30,7 @@ fn slow_start_adds_one_mss_per_acknowledged_packet_whatever_its_size() {
 #[test]
 fn one_cutback_of_0_85_per_loss_event_and_no_growth_in_recovery() {
     let t0 = Instant::now();
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     for i in 0..40 {
         cc.on_sent(at(t0, i), 1350, i);
     }
@@ -53,7 +53,7 @@ fn one_cutback_of_0_85_per_loss_event_and_no_growth_in_recovery() {
 #[test]
 fn no_growth_while_application_limited() {
     let t0 = Instant::now();
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     cc.on_sent(t0, 1350, 0);
     cc.acked(at(t0, 50), t0, 1350, true, MS * 50);
     assert_eq!(cc.window(), INITIAL_WINDOW);
@@ -66,7 +66,7 @@ fn grows_only_while_the_bytes_in_flight_before_the_ack_fill_the_window() {
     // grew) does not, and restarts the Cubic epoch.
     let t0 = Instant::now();
     for (unused, grows) in [(3 * MSS, true), (3 * MSS + 1, false)] {
-        let mut cc = ChromiumCubic::new();
+        let mut cc = ChromiumCubic::new(None);
         cc.window = 100 * MSS;
         cc.threshold = 100 * MSS;
         for i in 0..3000u64 {
@@ -84,7 +84,7 @@ fn grows_only_while_the_bytes_in_flight_before_the_ack_fill_the_window() {
 fn in_slow_start_more_than_half_the_window_in_flight_counts_as_window_limited() {
     let t0 = Instant::now();
     for (in_flight, grows) in [(16 * MSS + 1, true), (16 * MSS, false)] {
-        let mut cc = ChromiumCubic::new();
+        let mut cc = ChromiumCubic::new(None);
         cc.on_sent(t0, 1350, 0);
         cc.queue_ack(t0, 1350, MS * 40);
         cc.on_end_acks(at(t0, 40), in_flight - 1350, false, None);
@@ -95,7 +95,7 @@ fn in_slow_start_more_than_half_the_window_in_flight_counts_as_window_limited() 
 #[test]
 fn persistent_congestion_drops_to_the_minimum_window() {
     let t0 = Instant::now();
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     cc.on_sent(t0, 1350, 0);
     cc.on_congestion_event(at(t0, 1000), t0, true, 1350);
     assert_eq!(cc.window(), 2 * 1460);
@@ -108,7 +108,7 @@ fn hybrid_slow_start_exits_when_a_rounds_first_eight_samples_exceed_min_plus_4_m
     // 20 ms path: the threshold is max(20/8, 4) = 4 ms. Eight samples of 24 ms stay in slow
     // start, eight of 24.5 ms leave it.
     for (sample_us, exits) in [(24_000u64, false), (24_500, true)] {
-        let mut cc = ChromiumCubic::new();
+        let mut cc = ChromiumCubic::new(None);
         for i in 0..8 {
             cc.on_sent(at(t0, i), 1350, i);
         }
@@ -132,7 +132,7 @@ fn cubic_returns_to_the_last_maximum_after_k_seconds() {
     // an ACK of 1350 bytes every millisecond. The Reno-friendly estimate (about one packet
     // per window acknowledged, ~0.85 s here) cannot get there first.
     let t0 = Instant::now();
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     cc.window = 1000 * MSS;
     cc.threshold = 1000 * MSS;
     cc.on_sent(t0, 1350, 0);
@@ -183,7 +183,7 @@ fn run_link(rate: f64, owd: Duration, queue: Option<usize>, seconds: u64) -> Lin
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs(seconds);
     let serialization = Duration::from_secs_f64(PACKET as f64 / rate);
-    let mut cc = ChromiumCubic::new();
+    let mut cc = ChromiumCubic::new(None);
     let mut link_free = t0;
     let mut in_service: VecDeque<Instant> = VecDeque::new(); // departure times of queued packets
     let mut acks: BTreeMap<(Instant, u64), Instant> = BTreeMap::new(); // (arrival, seq) -> sent
@@ -263,4 +263,36 @@ fn a_droptail_queue_keeps_the_link_busy_with_cutbacks_of_0_85() {
     assert!(utilisation > 0.93, "utilisation {utilisation:.3}");
     let per_rtt = run.delivered as f64 / (30.0 / 0.040);
     assert!(per_rtt > 50_000.0, "{per_rtt:.0} bytes per round trip");
+}
+
+#[test]
+fn with_a_gate_quinn_sees_an_open_window_and_the_held_datagram_is_not_in_flight() {
+    // The gate holds one built datagram, which quinn counts in flight but which has not left.
+    // ACKs after which 3 × 1460 + 1 bytes of the window were unused before them, the held
+    // datagram left out, are not window limited: no growth, and the epoch restarts. Counted
+    // in, the same ACKs would have found the window full enough and grown it.
+    let t0 = Instant::now();
+    let gate = Arc::new(SendGate::new());
+    let mut cc = ChromiumCubic::new(Some(Arc::clone(&gate)));
+    assert_eq!(cc.window(), GATED_WINDOW, "quinn neither paces nor blocks");
+    cc.window = 100 * MSS;
+    cc.threshold = 100 * MSS;
+    gate.publish(SenderState { window: cc.window, slow_start: false, recovery: false, srtt: MS * 40, rto: MS * 200 });
+    // quinn builds (`on_sent`), then offers the datagram to the socket, until one is held.
+    loop {
+        cc.on_sent(t0, 1350, 0);
+        if gate.admit(t0, 1350).is_err() {
+            break;
+        }
+    }
+    assert_eq!(gate.held_bytes(), 1350);
+    for i in 0..3000u64 {
+        let now = at(t0, i);
+        cc.queue_ack(now, 1350, MS * 40);
+        // quinn's count after the ACK: sent (3 × 1460 + 1 short of the window) + held − acked.
+        let window = cc.metrics().congestion_window;
+        cc.on_end_acks(now, window - 3 * MSS - 1 + 1350 - 1350, false, None);
+    }
+    assert_eq!(cc.metrics().congestion_window, 100 * MSS);
+    assert!(cc.cubic.epoch.is_none());
 }
