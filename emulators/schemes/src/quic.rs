@@ -480,7 +480,8 @@ async fn send_with_credit(
     mut pacer: Option<pacing::PacingSender>,
     mut page: Option<page::ServerPage>,
 ) -> Result<(), String> {
-    let mut page_queued = false;
+    // Copied once; the buffers live as long as this function (see `page`).
+    let mut unsent = page.as_mut();
     let (mut stream, mut credits) = conn.open_bi().await.map_err(|e| format!("cannot open a stream: {e}"))?;
     let (limit_tx, mut limit_rx) = tokio::sync::watch::channel(window);
     tokio::spawn(async move {
@@ -515,11 +516,10 @@ async fn send_with_credit(
         if let Some(p) = pacer.as_mut() {
             p.on_sent(Instant::now(), interval_2017(conn.rtt()), None);
         }
-        if let Some(page) = page.as_mut().filter(|_| !page_queued) {
+        if let Some(page) = unsent.take() {
             // The first flight leaves (the connection task runs), then the page is queued.
             tokio::task::yield_now().await;
             page.queue_unsent(conn.stats().udp_tx.bytes as usize);
-            page_queued = true;
         }
     }
 }
