@@ -160,10 +160,12 @@ def connections(summary: Path) -> int | None:
 
 def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
             logs: Logs = Logs(), grace_s: float = 2.0, backend: Backend = Backend(),
-            flow_ports: Sequence[int] = ()) -> list[str]:
+            flow_ports: Sequence[int] = (), flows_end_alone: bool = False) -> list[str]:
     """The engine's full command line; traces and the summary go to ``workdir``.  With
     ``flow_ports``, flow N of the Pantheon-format logs is every connection on the Nth port
-    (Pantheon's Nth tunnel); without, connections are numbered in order of appearance."""
+    (Pantheon's Nth tunnel); without, connections are numbered in order of appearance.  With
+    ``flows_end_alone``, an endpoint that exits on its own ends only itself, as a flow of a
+    Pantheon multi-flow run ends alone in its tunnel; without, it ends the emulation."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     args = ([str(binaries.find(binaries.LINK))] + config.engine_args(workdir) + logs.arguments()
@@ -172,6 +174,8 @@ def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: P
         args += ["--run", endpoint.argument()]
     for port in flow_ports:
         args += ["--flow-port", str(port)]
+    if flows_end_alone:
+        args.append("--flows-end-alone")
     if stop_after is not None:
         args += ["--stop-after", f"{stop_after:g}"]
     return args + ["--grace", f"{grace_s:g}", "--summary", str(workdir / "engine-summary.json")]
@@ -180,14 +184,14 @@ def command(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: P
 def run(config: EmulatorConfig, endpoints: Sequence[Endpoint], *, workdir: Path, stop_after: float | None,
         logs: Logs = Logs(), grace_s: float = 2.0, check: bool = True,
         backend: Backend = Backend(), stop: threading.Event | None = None,
-        flow_ports: Sequence[int] = ()) -> EngineResult:
+        flow_ports: Sequence[int] = (), flows_end_alone: bool = False) -> EngineResult:
     """Run one emulation to its end. With ``check``, a failure raises a typed error that
     carries the engine's one-line message.  Setting ``stop`` (from another thread) stops the
     engine and raises KeyboardInterrupt here, as Ctrl-C does."""
     if not endpoints:
         raise InputError("an emulation needs at least one endpoint command")
     args = command(config, endpoints, workdir=workdir, stop_after=stop_after, logs=logs, grace_s=grace_s,
-                   backend=backend, flow_ports=flow_ports)
+                   backend=backend, flow_ports=flow_ports, flows_end_alone=flows_end_alone)
     summary_path = Path(workdir) / "engine-summary.json"
     summary_path.unlink(missing_ok=True)
     # The engine's temporary files go into workdir, a scratch directory removed however the run

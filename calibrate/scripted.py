@@ -140,6 +140,10 @@ class RunOutcome:
     end_at: dt.datetime
     loss_seed: int
     stop_reason: str | None = None
+    # In a multi-flow run, each endpoint that exited on its own while the others ran on (as a
+    # flow of Pantheon's multi-flow runs ends alone in its tunnel): "flow 3's sender: status 1
+    # after 24.10 s". The run stays valid, as Pantheon's analysis kept such runs.
+    ended_alone: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -150,6 +154,7 @@ class RunOutcome:
         return {
             "cc": self.cc, "scheme": self.scheme, "run": self.run_id, "valid": self.valid,
             "reason": self.validity.reason, "failure": self.failure, "stop_reason": self.stop_reason,
+            "ended_alone": list(self.ended_alone),
             "loss_seed": self.loss_seed,
             "start_at": self.start_at.isoformat(), "end_at": self.end_at.isoformat(),
             "capacity_mbps": stats.capacity_mbps if stats else None,
@@ -202,7 +207,8 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         endpoints = flow_endpoints(scheme, workload, random.Random(run.loss_seed), setup_s)
         result = engine.run(config, endpoints, workdir=Path(workdir),
                             stop_after=stop_after, logs=logs, grace_s=grace_s, check=False,
-                            backend=backend, stop=stop, flow_ports=flow_ports(workload))
+                            backend=backend, stop=stop, flow_ports=flow_ports(workload),
+                            flows_end_alone=workload.flows > 1)
         summary_file = Path(workdir) / "engine-summary.json"
         if summary_file.exists():
             shutil.copyfile(summary_file, paths.engine_summary)
@@ -227,7 +233,16 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
         validity = check_run(stats, workload.runtime_s)
     write_stats_log(paths.stats, start_at=start_at, end_at=end_at, stats=stats, validity=validity)
     return RunOutcome(cc, scheme.name, run_id, stats, validity, failure, paths, start_at, end_at,
-                      run.loss_seed, stop_reason)
+                      run.loss_seed, stop_reason, ended_alone(result) if not failure else ())
+
+
+def ended_alone(result: engine.EngineResult) -> tuple[str, ...]:
+    """The endpoints of a run that went to its deadline but exited on their own before it (in
+    flow_endpoints' order: flow N's two sides are endpoints 2N-1 and 2N)."""
+    return tuple(
+        f"flow {i // 2 + 1}'s {e['side']}: status {e['exit_code']} after {e.get('ended_at_s') or 0:.2f} s"
+        for i, e in enumerate(result.summary.get("endpoints", []))
+        if e.get("exit_code") is not None and not e.get("stopped_by_engine"))
 
 
 def _failure(result: engine.EngineResult, stop_after: float) -> str | None:

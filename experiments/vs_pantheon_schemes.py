@@ -320,9 +320,11 @@ def measure(emulator: EmulatorConfig, scheme: Scheme, replicate: int, workload: 
         delays = parse_datalink_log(outcome.paths.datalink).departure_delay
         return {"valid": True, "tput": m.tput_mbps, "mean": float(np.mean(delays)) if len(delays) else np.nan,
                 "p95": m.delay_ms, "loss": (m.loss or 0.0) * 100, "loss_seed": outcome.loss_seed,
-                **({f"tput {flow}": f.tput_mbps for flow, f in sorted(outcome.stats.flows.items())}
-                   if workload.flows > 1 else {}),
+                # a flow that never sent (its program could not connect) counts as 0 Mbit/s
+                **({f"tput {flow}": outcome.stats.flows[flow].tput_mbps if flow in outcome.stats.flows else 0.0
+                    for flow in range(1, workload.flows + 1)} if workload.flows > 1 else {}),
                 "connections": engine.connections(outcome.paths.engine_summary),
+                "ended alone": len(outcome.ended_alone), "ended alone how": "; ".join(outcome.ended_alone),
                 **engine.lateness(outcome.paths.engine_summary)}
     finally:
         if keep_as is None:
@@ -454,6 +456,9 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                     "worst |Δflow tput| %": max(flow_d) if flow_d else np.nan,
                     # connections per run beyond the flows: a program that connected again
                     "up extra conns": extra_connections(up), "port extra conns": extra_connections(port),
+                    # programs per run that exited on their own while the run went on (a flow
+                    # of a multi-flow run that could not connect, as Pantheon's tunnels allow)
+                    "up ended alone": ended_alone(up), "port ended alone": ended_alone(port),
                     "pass": "PASS" if ok else "FAIL", "by": how})
     return pd.DataFrame(out)
 
@@ -463,6 +468,14 @@ def extra_connections(runs: pd.DataFrame) -> float:
     if "connections" not in runs.columns or runs["connections"].isna().all():
         return np.nan
     return float((runs["connections"] - runs["flows"]).mean())
+
+
+def ended_alone(runs: pd.DataFrame) -> float:
+    """Mean programs per run that exited on their own while the run went on (nan where the CSV
+    predates the count)."""
+    if "ended alone" not in runs.columns or runs["ended alone"].isna().all():
+        return np.nan
+    return float(runs["ended alone"].mean())
 
 
 def label_summary(rows: pd.DataFrame) -> pd.DataFrame:

@@ -317,6 +317,32 @@ def test_a_program_that_keeps_the_default_sigterm_ends_at_the_deadline(tmp_path)
         assert e["ended_at_s"] < 4 + 1, e
 
 
+def test_with_flows_ending_alone_an_endpoint_that_quits_ends_only_itself(tmp_path):
+    """Pantheon's multi-flow runs put each flow in a tunnel of its own: a flow whose program
+    quits (one that cannot connect) ends alone and the others run on to the deadline, which
+    the summary and the exit status say; without the flag the first quit ends the emulation,
+    and once every endpoint has quit the emulation ends with them."""
+    endpoints = [Endpoint("receiver", "exec sleep 1000"), Endpoint("sender", "sleep 0.5; exit 3", 0.5)]
+    logs = Logs(datalink=tmp_path / "d.log")
+    result = engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=logs, check=False,
+                        flows_end_alone=True)
+    assert result.returncode == 0, result.message
+    assert result.summary["stop_reason"] == "deadline"
+    receiver, sender = result.summary["endpoints"]
+    assert sender["exit_code"] == 3 and not sender["stopped_by_engine"] and sender["ended_at_s"] < 2, sender
+    assert receiver["stopped_by_engine"] and receiver["exit_code"] == 128 + signal.SIGTERM, receiver
+
+    result = engine.run(PATH_12, endpoints, workdir=tmp_path, stop_after=3, logs=logs, check=False)
+    assert result.returncode != 0 and result.summary["stop_reason"] == "sender endpoint exited"
+    assert "exited with status 3" in result.message and result.summary["duration_s"] < 2
+
+    everyone_quits = [Endpoint("receiver", "sleep 0.3"), Endpoint("sender", "sleep 0.6", 0.2)]
+    result = engine.run(PATH_12, everyone_quits, workdir=tmp_path, stop_after=5, logs=logs, check=False,
+                        flows_end_alone=True)
+    assert result.summary["duration_s"] < 2 and result.summary["stop_reason"] == "sender endpoint exited"
+    assert [e["exit_code"] for e in result.summary["endpoints"]] == [0, 0]
+
+
 def test_an_endpoints_stdin_stays_open_until_the_deadline(tmp_path):
     """Some schemes' programs read stdin and quit at its end, as libutp's ucat does (Pantheon's
     ledbat): their stdin is open and silent for the whole run, as under Pantheon's harness."""

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from calibrate.emulator import EmulatorConfig
+from calibrate.engine import EngineResult
 from calibrate.errors import InputError
 from calibrate.metrics import analyze_datalink_log, parse_datalink_log, parse_stats_log
 from calibrate.schemes import load_registry
@@ -22,6 +23,7 @@ from calibrate.scripted import (
     FIRST_SIDE_SETUP_S,
     START_PHASE_SPREAD_S,
     Experiment,
+    ended_alone,
     flow_endpoints,
     run_experiment,
     run_scheme,
@@ -224,6 +226,17 @@ def test_three_staggered_flows_are_active_for_30_20_and_10_s(tmp_path):
     assert "-- Total of 3 flows:" in text and "-- Flow 3:" in text
     perf = json.loads((tmp_path / "pantheon_perf.json").read_text())
     assert set(perf["cubic"]["1"]) == {"all", "1", "2", "3"}
+
+
+def test_a_flow_that_ended_alone_is_named_by_its_flow_and_side():
+    """The engine's summary lists the endpoints in flow_endpoints' order (per flow: first side,
+    second side); those that exited on their own are named with their flow, status and time."""
+    endpoints = [{"side": side, "exit_code": 128 + 15, "stopped_by_engine": True}
+                 for _ in range(3) for side in ("receiver", "sender")]
+    endpoints[5] = {"side": "sender", "exit_code": 1, "stopped_by_engine": False, "ended_at_s": 26.031}
+    result = EngineResult(0, {"stop_reason": "deadline", "endpoints": endpoints})
+    assert ended_alone(result) == ("flow 3's sender: status 1 after 26.03 s",)
+    assert ended_alone(EngineResult(0, {})) == ()
 
 
 def test_each_second_side_starts_at_a_phase_of_its_own():

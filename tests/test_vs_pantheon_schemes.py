@@ -183,6 +183,11 @@ def test_three_flow_rows_run_pantheons_multi_flow_workload_and_show_each_flows_s
                                              for s, r in zip(runs["side"], runs["replicate"], strict=True)]
     (row,) = bench.summarize(runs).to_dict("records")
     assert (row["up extra conns"], row["port extra conns"]) == (0.5, 0.0)
+    # a third flow that could not connect on the upstream's side in both runs and ended alone
+    assert math.isnan(row["up ended alone"])  # runs recorded before the count
+    runs["ended alone"] = [1 if s == "upstream" else 0 for s in runs["side"]]
+    (row,) = bench.summarize(runs).to_dict("records")
+    assert (row["up ended alone"], row["port ended alone"]) == (1.0, 0.0)
     # the recorded runtime is --runtime, the 1-flow runs', not the 3-flow rows' 30 s
     runs["flows"], runs["runtime"] = 3, 30.0
     single = runs_frame(MATRIX_RUNS).assign(flows=1)

@@ -46,6 +46,9 @@ Data crosses: link queue and trace -> loss -> delay; ACKs: delay -> loss -> link
                                connection with either end on it (Pantheon's Nth tunnel); other
                                connections take the lowest free number. Without it, connections
                                are numbered in order of first appearance
+  --flows-end-alone            an endpoint that exits on its own ends only itself, as a flow of
+                               Pantheon's multi-flow runs ends alone in its own tunnel: the rest
+                               run on to --stop-after (or until every endpoint has exited)
   --stop-after SECONDS         stop everything after this long
   --grace SECONDS              time endpoints get to exit after SIGTERM (default 2)
   --summary FILE               write a JSON summary (counters, endpoint exits) at the end
@@ -128,6 +131,8 @@ pub struct Config {
     pub endpoints: Vec<EndpointSpec>,
     /// `--flow-port`s in order: flow N's port is `flow_ports[N - 1]`.
     pub flow_ports: Vec<u16>,
+    /// `--flows-end-alone`: an endpoint exiting on its own does not stop the others.
+    pub flows_end_alone: bool,
     pub stop_after: Option<f64>,
     pub grace: f64,
     pub summary: Option<PathBuf>,
@@ -151,6 +156,7 @@ struct Raw {
     logs: [Option<String>; 4],
     endpoints: Vec<EndpointSpec>,
     flow_ports: Vec<String>,
+    flows_end_alone: bool,
     stop_after: Option<String>,
     grace: Option<String>,
     summary: Option<String>,
@@ -215,6 +221,8 @@ pub fn parse(args: &[String]) -> Result<Parsed> {
             "receiver" => raw.endpoints.push(EndpointSpec::shell_command(SideName::Receiver, 0.0, &value()?)),
             "run" => raw.endpoints.push(parse_run(&value()?)?),
             "flow-port" => raw.flow_ports.push(value()?),
+            "flows-end-alone" if inline.is_none() => raw.flows_end_alone = true,
+            "flows-end-alone" => return Err(Error::input("--flows-end-alone takes no value")),
             "stop-after" => raw.stop_after = Some(value()?),
             "grace" => raw.grace = Some(value()?),
             "summary" => raw.summary = Some(value()?),
@@ -379,6 +387,7 @@ fn build(mut raw: Raw, args: &[String]) -> Result<Config> {
         acklink_log,
         endpoints,
         flow_ports,
+        flows_end_alone: raw.flows_end_alone,
         stop_after,
         grace,
         summary: raw.summary.map(PathBuf::from),
@@ -456,6 +465,9 @@ pub(crate) mod tests {
         assert_eq!(c.endpoints[0].start, 3.0);
         assert_eq!(c.endpoints[0].describe(), "echo hi");
         assert_eq!(c.stop_after, Some(30.0));
+        assert!(!c.flows_end_alone);
+        let Parsed::Run(c) = parse(&args(&[&t, &t, "--flows-end-alone"])).unwrap() else { panic!() };
+        assert!(c.flows_end_alone);
     }
 
     #[test]
@@ -474,6 +486,7 @@ pub(crate) mod tests {
         assert!(error(&[&t, &t, "--flow-port", "0"]).contains("a port from 1 to 65535"));
         assert!(error(&[&t, &t, "--flow-port", "70000"]).contains("a port from 1 to 65535"));
         assert!(error(&[&t, &t, "--flow-port", "50001", "--flow-port", "50001"]).contains("given twice"));
+        assert!(error(&[&t, &t, "--flows-end-alone=yes"]).contains("takes no value"));
         assert!(error(&[&t, "/nonexistent/trace"]).contains("cannot read trace file /nonexistent/trace"));
         let bad = trace_file("1\n2 \n");
         assert!(error(&[&bad, &t]).contains(":2: invalid integer"));

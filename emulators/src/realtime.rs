@@ -577,8 +577,10 @@ pub fn run(config: Config) -> Result<i32> {
         }
         if fds[2].revents != 0 {
             if let Some(reason) = handle_signals(signalfd, &mut endpoints, &clock, interactive) {
-                stop_reason = reason;
-                break;
+                if !(config.flows_end_alone && ends_alone(&reason, &endpoints, shells_index)) {
+                    stop_reason = reason;
+                    break;
+                }
             }
         }
         let mut read_failure = None;
@@ -703,6 +705,18 @@ fn handle_signals(signalfd: RawFd, endpoints: &mut [Running], clock: &Clock, int
         }
     }
     reason
+}
+
+/// With `--flows-end-alone`: whether the endpoint that exited on its own (`reason`) ends only
+/// itself, because another endpoint still runs or has yet to start. Mahimahi's shells exiting,
+/// or a signal, always ends the emulation.
+fn ends_alone(reason: &StopReason, endpoints: &[Running], shells_index: Option<usize>) -> bool {
+    match reason {
+        StopReason::EndpointExited(i) if Some(*i) != shells_index => {
+            endpoints.iter().enumerate().any(|(j, r)| Some(j) != shells_index && r.exit_code.is_none())
+        }
+        _ => false,
+    }
 }
 
 /// Collect exit statuses; returns the first endpoint found to have exited on its own.

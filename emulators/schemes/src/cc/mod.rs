@@ -96,6 +96,15 @@ impl AckEvent {
     }
 }
 
+/// How the upstream program's connecting side asked for its connection: the request
+/// repeated every `repeat` until an answer, and given up after `give_up` (the program then
+/// exits, and in a multi-flow run its flow never sends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectLaw {
+    pub repeat: Duration,
+    pub give_up: Duration,
+}
+
 /// A packet the transport gave up on (reordering threshold passed, or timed out).
 #[derive(Clone, Debug)]
 pub struct LossEvent {
@@ -227,6 +236,12 @@ pub trait Controller: Send {
     /// handshake first.
     fn starts_without_handshake(&self) -> bool {
         false
+    }
+    /// The upstream program's own handshake timing, where it set how long a connection may
+    /// take (UDT: `pcc_2017::UDT_CONNECT`). Default: the transport's (HELLO every 200 ms, given up
+    /// after the connect timeout, `CALIBRATE_SCHEME_CONNECT_TIMEOUT`).
+    fn connect_law(&self) -> Option<ConnectLaw> {
+        None
     }
     /// The local socket refused a DATA packet at `now` (its send buffer is full: EAGAIN or
     /// ENOBUFS). The transport tries again once there is room; a controller whose upstream

@@ -78,13 +78,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use super::call_trace::CallTrace;
-use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
+use super::{AckEvent, CatchUp, ConnectLaw, Controller, LossEvent, LossRule, Pacer};
 
 /// UDT's send queue busy-waits to each packet's time (`CTimer::sleepto` spins on rdtsc:
 /// `NO_BUSY_WAITING` is not defined) and schedules the next one interval after it actually
 /// sent (`CUDT::packData`: `ts = entertime + m_ullInterval`), so time lost to a late wake-up
 /// (preemption) is never made up.
 pub const UDT_PACER: Pacer = Pacer { catch_up: CatchUp::Never, busy_wait: true, whole_ms_poll: false };
+
+/// UDT 4's `CUDT::connect` (modong/pcc's and PCC-Uspace's `core.cpp`): a handshake request
+/// at once and again every 250 ms, and a connection time-out 3 s after the first
+/// (`ttl = 3000000`); a request queued behind 3 s of data never connects.
+pub const UDT_CONNECT: ConnectLaw = ConnectLaw { repeat: Duration::from_millis(250), give_up: Duration::from_secs(3) };
 
 /// UDT's receiver reports a gap at the first packet past it: a packet is lost once one sent
 /// this many later has arrived.
@@ -1132,6 +1137,11 @@ impl Controller for Pcc2017 {
 
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
         PAYLOAD_BYTES as f64 / (self.period_us * 1e-6)
+    }
+
+    /// UDT's handshake: a flow that cannot connect in 3 s exits, as the upstream's did.
+    fn connect_law(&self) -> Option<ConnectLaw> {
+        Some(UDT_CONNECT)
     }
 
     fn payload_bytes(&self) -> Option<u64> {

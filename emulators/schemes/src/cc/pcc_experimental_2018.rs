@@ -74,9 +74,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::call_trace::CallTrace;
-use super::pcc_2017::{Coin, Rng, SendBuffer, SEND_CALL_BYTES, UDT_HEADER_BYTES};
+use super::pcc_2017::{Coin, Rng, SendBuffer, SEND_CALL_BYTES, UDT_CONNECT, UDT_HEADER_BYTES};
 use super::vivace_2018::trunc_i32 as x86_trunc;
-use super::{AckEvent, CatchUp, Controller, LossEvent, LossRule, Pacer};
+use super::{AckEvent, CatchUp, ConnectLaw, Controller, LossEvent, LossRule, Pacer};
 
 /// UDT's MSS (`m_iMSS`, default 1500): one IP packet, headers included; the pacing unit.
 pub const MSS_BYTES: u64 = 1500;
@@ -804,6 +804,11 @@ impl Controller for PccExperimental2018 {
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
         // One MSS per MSS·8/rate seconds, in bytes of UDP payload per second.
         PAYLOAD_BYTES as f64 * self.law.pacing_rate_bps() / (MSS_BYTES as f64 * 8.0)
+    }
+
+    /// UDT's handshake: a flow that cannot connect in 3 s exits, as the upstream's did.
+    fn connect_law(&self) -> Option<ConnectLaw> {
+        Some(UDT_CONNECT)
     }
 
     fn payload_bytes(&self) -> Option<u64> {

@@ -68,8 +68,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::pcc_2017::{Ack2Clock, Coin, MiRanges, Rng, UDT_PACER};
-use super::{AckEvent, Controller, LossEvent, Pacer};
+use super::pcc_2017::{Ack2Clock, Coin, MiRanges, Rng, UDT_CONNECT, UDT_PACER};
+use super::{AckEvent, ConnectLaw, Controller, LossEvent, Pacer};
 
 /// The binary's packet size (`PCC::kPacketSize`): one IP packet, headers included.
 pub const MSS_BYTES: u64 = 1400;
@@ -745,6 +745,11 @@ impl Controller for Vivace2018 {
 
     fn pacing_rate(&self, _srtt: Duration) -> f64 {
         PAYLOAD_BYTES as f64 / (self.law.period_us * 1e-6)
+    }
+
+    /// UDT's handshake: a flow that cannot connect in 3 s exits, as the upstream's did.
+    fn connect_law(&self) -> Option<ConnectLaw> {
+        Some(UDT_CONNECT)
     }
 
     fn payload_bytes(&self) -> Option<u64> {

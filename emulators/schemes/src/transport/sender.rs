@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::core::SenderCore;
 use super::wire::{data_payload_bytes, Packet, CONTROL_MAX_BYTES, DATA_HEADER_BYTES, HELLO_BYTES, MAX_DATAGRAM_BYTES};
-use crate::cc::{Controller, Pacer};
+use crate::cc::{ConnectLaw, Controller, Pacer};
 use crate::net;
 use crate::stats::Stats;
 
@@ -31,16 +31,18 @@ fn new_flow_id() -> u64 {
     t ^ ((std::process::id() as u64) << 32)
 }
 
-/// Sends HELLO until HELLO_ACK arrives; returns the handshake RTT.
+/// Sends HELLO every `law.repeat` until HELLO_ACK arrives; returns the handshake RTT, or gives
+/// up after `law.give_up`.
 fn handshake(
     sock: &UdpSocket,
     flow: u64,
     start: Instant,
-    timeout: Duration,
+    law: ConnectLaw,
     peer: &SocketAddr,
 ) -> Result<Duration, String> {
     let fd = sock.as_raw_fd();
     let mut buf = [0u8; 64];
+    let timeout = law.give_up;
     let give_up = Instant::now() + timeout;
     loop {
         let now = Instant::now();
@@ -60,7 +62,7 @@ fn handshake(
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => return Err(format!("cannot send to {peer}: {e}")),
         }
-        let next_hello = (now + HELLO_INTERVAL).min(give_up);
+        let next_hello = (now + law.repeat).min(give_up);
         loop {
             let left = next_hello.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -136,7 +138,8 @@ fn send_to_peer(
     let initial_rtt = if cc.starts_without_handshake() {
         BLIND_START_RTT
     } else {
-        handshake(&sock, flow, start, connect_timeout, &peer)?
+        let law = cc.connect_law().unwrap_or(ConnectLaw { repeat: HELLO_INTERVAL, give_up: connect_timeout });
+        handshake(&sock, flow, start, law, &peer)?
     };
 
     // The controller's own datagram size where its upstream program had one (never below the
@@ -395,6 +398,31 @@ mod tests {
         assert_eq!(seqs, (0..16).collect::<Vec<u64>>());
         // By default nothing but HELLO until the receiver answers.
         assert!(first_datagrams(false, 2).iter().all(|p| matches!(p, Packet::Hello { .. })));
+    }
+
+    /// A UDT port behind a peer that never answers: HELLO every 250 ms, and after 3 s the
+    /// sender gives up as CUDT::connect did, however long the connect timeout it was given.
+    #[test]
+    fn a_udt_port_gives_up_its_handshake_after_three_seconds() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        silent.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let peer = silent.local_addr().unwrap();
+        let cc = Box::new(crate::cc::PccExperimental2018::new(1500));
+        let stats = Arc::new(Stats::new("pcc_experimental-2018", "sender", "bytes"));
+        let sender = std::thread::spawn(move || run_sender(peer, cc, stats, Duration::from_secs(60)));
+        let mut hellos = 0;
+        let mut buf = [0u8; MAX_DATAGRAM_BYTES];
+        while !sender.is_finished() {
+            if let Ok(n) = silent.recv(&mut buf) {
+                assert!(matches!(Packet::decode(&buf[..n]), Some(Packet::Hello { .. })));
+                hellos += 1;
+            }
+        }
+        let err = sender.join().unwrap().unwrap_err();
+        assert!(err.contains("after 3.0 s"), "{err}");
+        // 3 s of requests 250 ms apart, the first at once: 12 (13 when the last lands on the
+        // deadline); a late wake-up can only make fewer.
+        assert!((9..=13).contains(&hellos), "{hellos} HELLOs");
     }
 
     #[test]
