@@ -236,13 +236,19 @@ def run_scheme(emulator: EmulatorConfig, scheme: Scheme, run_id: int, workload: 
                       run.loss_seed, stop_reason, ended_alone(result) if not failure else ())
 
 
+def _quitters(result: engine.EngineResult) -> list[tuple[int, dict]]:
+    """The endpoints (index in the engine's summary, entry) that exited on their own, not
+    stopped by the engine."""
+    return [(i, e) for i, e in enumerate(result.summary.get("endpoints", []))
+            if e.get("exit_code") is not None and not e.get("stopped_by_engine")]
+
+
 def ended_alone(result: engine.EngineResult) -> tuple[str, ...]:
     """The endpoints of a run that went to its deadline but exited on their own before it (in
     flow_endpoints' order: flow N's two sides are endpoints 2N-1 and 2N)."""
     return tuple(
         f"flow {i // 2 + 1}'s {e['side']}: status {e['exit_code']} after {e.get('ended_at_s') or 0:.2f} s"
-        for i, e in enumerate(result.summary.get("endpoints", []))
-        if e.get("exit_code") is not None and not e.get("stopped_by_engine"))
+        for i, e in _quitters(result))
 
 
 def _failure(result: engine.EngineResult, stop_after: float) -> str | None:
@@ -253,10 +259,9 @@ def _failure(result: engine.EngineResult, stop_after: float) -> str | None:
     reason = result.summary.get("stop_reason")
     if reason in (None, "deadline"):
         return None
-    quitters = [e for e in result.summary.get("endpoints", [])
-                if e.get("exit_code") is not None and not e.get("stopped_by_engine")]
+    quitters = _quitters(result)
     if quitters:
-        e = quitters[0]
+        _, e = quitters[0]
         return (f"the {e['side']} endpoint `{e['command']}` exited on its own (status "
                 f"{e['exit_code']}) after {e.get('ended_at_s') or 0:.2f} s of "
                 f"{stop_after:g} s; a scheme must run until it is stopped")
