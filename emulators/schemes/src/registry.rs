@@ -130,6 +130,7 @@ impl UdpCc {
     pub fn unavailable(self) -> Option<String> {
         match self {
             UdpCc::Taova2018 => cc::taova_2018::dna_from_env().err(),
+            UdpCc::Pcc2017 | UdpCc::PccExperimental2018 | UdpCc::Vivace2018 => cc::pcc_2017::srand_from_env().err(),
             _ => None,
         }
     }
@@ -162,10 +163,15 @@ impl UdpCc {
     }
 }
 
-/// A seed that differs from run to run (the clock and the process id).
+/// The seed for a PCC port's `rand()`: [`cc::pcc_2017::SRAND_ENV`]'s where set (`unavailable`
+/// refused a malformed one), else one that differs from run to run (the clock and the process id),
+/// as upstream's `srand` of the clock.
 fn run_seed() -> u64 {
+    if let Ok(Some(seed)) = cc::pcc_2017::srand_from_env() {
+        return u64::from(seed);
+    }
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    nanos ^ (u64::from(std::process::id()) << 32)
+    nanos ^ u64::from(std::process::id())
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

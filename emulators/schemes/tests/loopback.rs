@@ -174,6 +174,29 @@ fn bad_arguments_give_one_line_and_status_2() {
 }
 
 #[test]
+fn a_malformed_srand_seed_is_refused_with_its_fix() {
+    // A sender to a port nobody listens on: refused before it tries (else it would give up its
+    // handshake after 3 s with another message).
+    let port = free_port().to_string();
+    let out = Command::new(BIN)
+        .env("PCC_SRAND", "12x")
+        .args(["pcc_experimental-2018", "sender", "127.0.0.1", &port])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("PCC_SRAND=\"12x\"") && err.contains("from 0 to 4294967295"), "{err}");
+    let listed = |seed: &str| {
+        let out = Command::new(BIN).env("PCC_SRAND", seed).args(["list", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = v.as_array().unwrap().iter().find(|s| s["name"] == "pcc-2017").unwrap().clone();
+        s
+    };
+    assert_eq!(listed("4294967296")["available"], false);
+    assert_eq!(listed("4294967295")["available"], true);
+}
+
+#[test]
 fn list_shows_at_least_ten_available_schemes() {
     let out = Command::new(BIN).args(["list", "--json"]).output().unwrap();
     assert!(out.status.success());

@@ -50,8 +50,8 @@
 //! reports is the ACK of every 20th packet to arrive, and the receiver's RTT sample for an ACK2 is
 //! the ACK2's own delay, dated by the first packet sent after it ([`UdtRtt`]). UDT retransmits lost
 //! packets (each counted in the MI in which it is resent); our transport sends a new packet in that
-//! slot instead, the same packet count and pacing on the wire. The random choices (glibc `rand()`
-//! seeded with the clock upstream) come from a seeded generator.
+//! slot instead, the same packet count and pacing on the wire. The random choices are glibc's
+//! `rand()` ([`Rng`]), seeded with the clock as upstream's.
 //!
 //! ACK2 on the data path: UDT's receiver sends a full ACK when its 10 ms ACK timer has run out
 //! and data arrived since (`CUDT::checkTimers`, `sendCtrl(2)`), but not while a loss holds its
@@ -136,26 +136,69 @@ pub const INITIAL_RATE_MBPS: f64 = 1.0;
 /// The pacing period before the first MI starts, µs.
 pub const INITIAL_PERIOD_US: f64 = 10_000.0;
 
-/// A small deterministic generator (SplitMix64) standing in for glibc's `rand()`.
+/// Names the seed the PCC ports give [`Rng`] in place of the clock, as an unsigned 32-bit
+/// integer (`srand` takes one). pcc_experimental-2018 then draws what PCC-Uspace's `pccclient`
+/// draws when its `srand` is given the same seed (its reference wrapper does that when the
+/// variable is set): the same probe directions on both sides.
+pub const SRAND_ENV: &str = "PCC_SRAND";
+
+/// The seed [`SRAND_ENV`] names, if set; an error saying what is wrong with it otherwise.
+pub fn srand_from_env() -> Result<Option<u32>, String> {
+    let Some(value) = std::env::var_os(SRAND_ENV) else { return Ok(None) };
+    value.to_str().and_then(|v| v.trim().parse::<u32>().ok()).map(Some).ok_or_else(|| {
+        format!("{SRAND_ENV}={value:?} is not a seed for srand: give an integer from 0 to 4294967295, or unset it")
+    })
+}
+
+/// glibc's `rand()` (`random_r` of the default TYPE_3 state: an additive feedback generator over
+/// 31 words, `srand` filling them with `16807·x mod (2^31 − 1)` from the seed and discarding the
+/// first 310 outputs), so that a port seeded as its upstream was draws what the upstream drew.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng {
+    state: [u32; 31],
+    front: usize,
+    rear: usize,
+}
 
 impl Rng {
+    /// `srand(seed)`: glibc takes an `unsigned int`, so only the low 32 bits count.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        let seed = match seed as u32 {
+            0 => 1,
+            s => s,
+        };
+        let mut state = [0u32; 31];
+        state[0] = seed;
+        // `srandom_r`: the seed as an int32, Schrage's form of 16807·word mod (2^31 − 1) in long
+        // arithmetic, stored back into an int32 and made non-negative there.
+        let mut word = seed as i32;
+        for slot in state.iter_mut().skip(1) {
+            let (hi, lo) = (i64::from(word) / 127_773, i64::from(word) % 127_773);
+            word = (16_807 * lo - 2_836 * hi) as i32;
+            if word < 0 {
+                word = word.wrapping_add(2_147_483_647);
+            }
+            *slot = word as u32;
+        }
+        let mut rng = Rng { state, front: 3, rear: 0 };
+        for _ in 0..310 {
+            rng.rand();
+        }
+        rng
     }
 
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    /// One `rand()`: in 0..=RAND_MAX (2^31 − 1).
+    pub fn rand(&mut self) -> u32 {
+        self.state[self.front] = self.state[self.front].wrapping_add(self.state[self.rear]);
+        let value = self.state[self.front] >> 1;
+        self.front = (self.front + 1) % 31;
+        self.rear = (self.rear + 1) % 31;
+        value
     }
 
-    /// Uniform in 0..n, as `rand() % n`.
+    /// `rand() % n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        (self.next_u64() >> 33) % n
+        u64::from(self.rand()) % n
     }
 }
 
@@ -1172,6 +1215,25 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    /// Each seed's first six `rand()`s after `srand(seed)`, from glibc 2.36 (Debian 12's libc.so.6
+    /// through Python's ctypes): 0 acts as 1, and a seed past 2^31 is negative as srandom_r's int32.
+    #[test]
+    fn the_generator_draws_what_glibcs_rand_draws() {
+        let glibc: [(u64, [u32; 6]); 5] = [
+            (0, [1804289383, 846930886, 1681692777, 1714636915, 1957747793, 424238335]),
+            (1, [1804289383, 846930886, 1681692777, 1714636915, 1957747793, 424238335]),
+            (12345, [383100999, 858300821, 357768173, 455528251, 133005921, 116285904]),
+            (3_000_000_000, [2058147116, 854483408, 922419988, 286396165, 2068523933, 1172167191]),
+            (4_294_967_295, [254925627, 1205188300, 366127624, 1401405153, 76053476, 1604170158]),
+        ];
+        for (seed, draws) in glibc {
+            let mut rng = Rng::new(seed);
+            assert_eq!(draws.map(|_| rng.rand()), draws, "srand({seed})");
+        }
+        // Only the low 32 bits of a seed reach srand's unsigned int.
+        assert_eq!(Rng::new((1 << 32) + 12345).rand(), 383100999);
     }
 
     #[test]

@@ -59,8 +59,9 @@
 //! `UDT::send` of pccclient into 68 blocks of 1456 bytes and one of 992 (every 69th packet is
 //! short), and a resend is its lost block's size ([`SendBuffer`];
 //! on the reference traces this gives 8 165 of 8 173 sends their size). A short packet takes a
-//! whole pacing slot, as upstream's does. `rand()` comes from a seeded generator ([`Rng`],
-//! shared with pcc-2017).
+//! whole pacing slot, as upstream's does. `rand()` is glibc's ([`Rng`], shared with pcc-2017),
+//! seeded as `CUDT::connect` seeds it (the clock, or [`super::pcc_2017::SRAND_ENV`]) and past
+//! the ISN's draw: given one seed, port and binary toss the same coins.
 //!
 //! **Precision.** The law computes in the binary's precision: `float` steps and utilities,
 //! `double` rates multiplied by `float` factors or by `double` reciprocals (a probe and its
@@ -713,10 +714,14 @@ impl PccExperimental2018 {
         Self::with_seed(0x5eed_2018)
     }
 
+    /// `seed` is `srand`'s in `CUDT::connect`, which then draws the ISN with one `rand()`: the
+    /// law's coin tosses are the draws after that one, as upstream's.
     pub fn with_seed(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        rng.rand();
         Self {
             law: PccSender::new(),
-            rng: Rng::new(seed),
+            rng,
             rtt_us: INITIAL_UDT_RTT_US,
             rttvar_us: INITIAL_UDT_RTTVAR_US,
             outstanding: VecDeque::new(),
@@ -912,6 +917,16 @@ mod tests {
         m.bytes_acked = m.bytes_sent - m.bytes_lost;
         m.rtt_samples = rtts.to_vec();
         m
+    }
+
+    /// The `rand()`s PCC-Uspace cd43e34's pccclient drew at `pcc_sender.cpp:642` (its probe
+    /// directions, `rand() % 2 == 1` for INCREASE), read under gdb at the call's return with
+    /// `srand` given 12345 (experiments/README: "one seed, both sides").
+    #[test]
+    fn seeded_as_the_binary_the_port_draws_its_probe_directions() {
+        let binary = [858300821, 357768173, 455528251, 133005921, 116285904, 591987137, 102557902, 689413528];
+        let mut p = PccExperimental2018::with_seed(12345);
+        assert_eq!(binary.map(|_| p.rng.rand()), binary);
     }
 
     #[test]

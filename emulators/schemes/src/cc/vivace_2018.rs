@@ -58,8 +58,8 @@
 //!
 //! Mapping onto the transport: our receiver acknowledges every packet, which is the report of
 //! every packet. UDT retransmits lost packets (each counted in the MI in which it is resent);
-//! our transport sends a new packet in that slot instead. The random choices (glibc `rand()`
-//! seeded with the clock upstream) come from a seeded generator. UDT's ACK2 for each 10 ms
+//! our transport sends a new packet in that slot instead. The random choices are glibc's `rand()`
+//! seeded with the clock, as upstream's (not aligned draw for draw with the binary's). UDT's ACK2 for each 10 ms
 //! full ACK goes on the data path as in [`super::pcc_2017`] (the sender's ACK2 guard always
 //! passes here too). Left out: `onTimeout` and the hibernate state it leads to (UDT's
 //! expiry timer is set to 100 s by `setRTO`, past any run), the 1500-byte first packet (read
