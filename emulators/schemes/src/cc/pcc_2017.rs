@@ -137,9 +137,10 @@ pub const INITIAL_RATE_MBPS: f64 = 1.0;
 pub const INITIAL_PERIOD_US: f64 = 10_000.0;
 
 /// Names the seed the PCC ports give [`Rng`] in place of the clock, as an unsigned 32-bit
-/// integer (`srand` takes one). pcc_experimental-2018 then draws what PCC-Uspace's `pccclient`
-/// draws when its `srand` is given the same seed (its reference wrapper does that when the
-/// variable is set): the same probe directions on both sides.
+/// integer (`srand` takes one). pcc-2017 and pcc_experimental-2018 then draw what modong/pcc's
+/// `appclient` and PCC-Uspace's `pccclient` draw when their `srand` is given the same seed (their
+/// reference wrappers do that when the variable is set): the same random choices on both sides.
+/// vivace-2018's draws are seeded too, but not checked against its binary's.
 pub const SRAND_ENV: &str = "PCC_SRAND";
 
 /// The seed [`SRAND_ENV`] names, if set; an error saying what is wrong with it otherwise.
@@ -988,10 +989,14 @@ impl Pcc2017 {
         Self::with_seed(0x5eed_2017)
     }
 
+    /// `seed` is `srand`'s in `CUDT::connect`, which then draws the ISN with one `rand()`: the
+    /// law's draws (each MI's `rand_dir`s and `rand_factor`) are the ones after it, as upstream's.
     pub fn with_seed(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        rng.rand();
         Self {
             law: Allegro::new(),
-            rng: Rng::new(seed),
+            rng,
             period_us: INITIAL_PERIOD_US,
             monitors: [Monitor::default(); MAX_MONITOR_NUMBER],
             current_monitor: -1,
@@ -1234,6 +1239,16 @@ mod tests {
         }
         // Only the low 32 bits of a seed reach srand's unsigned int.
         assert_eq!(Rng::new((1 << 32) + 12345).rand(), 383100999);
+    }
+
+    /// modong/pcc 1afc958's appclient (sender/src's UDT 4 and app/cc.h), `srand` given 12345 by
+    /// its reference wrapper: its `rand()`s were the socket id's, the ISN's, then these, read by a
+    /// return uprobe on libc's `rand` (experiments/README: "one seed, both sides").
+    #[test]
+    fn seeded_as_the_binary_the_port_draws_what_appclient_drew() {
+        let binary = [858300821, 357768173, 455528251, 133005921, 116285904, 591987137];
+        let mut p = Pcc2017::with_seed(12345);
+        assert_eq!(binary.map(|_| p.rng.rand()), binary);
     }
 
     #[test]
