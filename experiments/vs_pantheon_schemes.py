@@ -49,6 +49,7 @@ Pantheon logs, to compare the two sides' sending over time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -60,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -350,6 +351,33 @@ def replicate_emulator(emulator: EmulatorConfig, replicate: int) -> EmulatorConf
     return replace(emulator, trace_seed=emulator.for_run(replicate).loss_seed)
 
 
+# The PCC ports and their reference wrappers (pcc-2017, pcc_experimental-2018) give srand this
+# seed in place of the clock, so that both sides draw the same random probe directions.
+SRAND_ENV = "PCC_SRAND"
+
+
+def srand_of(emulator: EmulatorConfig) -> int:
+    """Replicate N's `srand` seed under `--srand`: its trace seed's low 32 bits, the same for both
+    sides of the replicate (the emulator is), another for every replicate."""
+    return emulator.trace_seed % 2**32
+
+
+@contextlib.contextmanager
+def srand_for_run(seed: int | None) -> Iterator[None]:
+    """`SRAND_ENV` set to `seed` for the programs started meanwhile (left alone where None), then
+    restored."""
+    before = os.environ.get(SRAND_ENV)
+    if seed is not None:
+        os.environ[SRAND_ENV] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SRAND_ENV, None)
+        else:
+            os.environ[SRAND_ENV] = before
+
+
 @dataclass(frozen=True)
 class Job:
     """One (emulator, label) pair of the benchmark: both sides, `replicates` runs each."""
@@ -379,15 +407,19 @@ class Runner:
         for replicate in range(1, self.args.replicates + 1):
             sides = job.sides if replicate % 2 else tuple(reversed(job.sides))
             emulator = replicate_emulator(job.emulator, replicate)
+            srand = srand_of(emulator) if self.args.srand else None
             for side, scheme in sides:
                 keep_as = (self.args.keep_logs / re.sub(r"[^A-Za-z0-9.]+", "_", f"{job.bench} {job.row}")
                            / f"{job.label}-{side}-{replicate}" if self.args.keep_logs else None)
-                m = measure(emulator, scheme, replicate, job.workload, self.backend, workdir, keep_as, job.setup_s)
+                with srand_for_run(srand):
+                    m = measure(emulator, scheme, replicate, job.workload, self.backend, workdir, keep_as,
+                                job.setup_s)
                 self.records.append({"bench": job.bench, "row": job.row, "label": job.label, "side": side,
                                      "scheme": scheme.name, "source": scheme.description, "replicate": replicate,
                                      "runtime": job.workload.runtime_s, "flows": job.workload.flows,
                                      "setup_s": job.setup_s,
                                      "trace_seed": emulator.trace_seed,
+                                     **({"srand": srand} if srand is not None else {}),
                                      "date": dt.date.today().isoformat(), "build": self.build, **m})
                 self.done += 1
                 self.progress(job, side, scheme, replicate, m)
@@ -757,6 +789,11 @@ def main() -> int:
     parser.add_argument("--report", metavar="RUNS_CSV",
                         help="the tables (and --write-fidelity) of earlier runs files (comma-separated)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--srand", action="store_true",
+                        help=f"give both sides of replicate N one seed for srand ({SRAND_ENV}: the low 32 bits of "
+                             "its trace seed, in the runs CSV's `srand`), so that the PCC ports and their "
+                             "reference wrappers draw the same probe directions; without it each program "
+                             "seeds from the clock")
     parser.add_argument("--keep-logs", type=Path, metavar="DIR",
                         help="keep each run's data directory (Pantheon's logs) as DIR/<bench_row>/<label>-<side>-<N>")
     args = parser.parse_args()

@@ -56,6 +56,29 @@ def test_each_replicate_draws_its_own_poisson_traces_losses_and_phase(bench):
     assert (one.rate_mbps, one.delay_ms, one.link, one.queue) == (base.rate_mbps, base.delay_ms, base.link, base.queue)
 
 
+def test_srand_gives_both_sides_of_a_replicate_one_seed_and_every_replicate_its_own(bench, monkeypatch):
+    import subprocess
+
+    base = next(r for r in bench.MATRIX if r.name.startswith("10/28")).emulator(42)
+    seeds = [bench.srand_of(bench.replicate_emulator(base, n)) for n in (1, 1, 2)]
+    assert seeds[0] == seeds[1] != seeds[2] and all(0 <= s < 2**32 for s in seeds)
+    assert bench.srand_of(bench.replicate_emulator(bench.MATRIX[0].emulator(5_000_000), 1)) == 5_000_000_001 % 2**32
+
+    def seen() -> str:  # what a program started now finds
+        return subprocess.run(["sh", "-c", 'echo "${PCC_SRAND-unset}"'], capture_output=True, text=True).stdout.strip()
+
+    monkeypatch.delenv("PCC_SRAND", raising=False)
+    with bench.srand_for_run(seeds[0]):
+        assert seen() == str(seeds[0])
+    assert seen() == "unset"
+    monkeypatch.setenv("PCC_SRAND", "9")
+    with bench.srand_for_run(None):  # without --srand a seed the user set stays
+        assert seen() == "9"
+    with bench.srand_for_run(3):
+        assert seen() == "3"
+    assert seen() == "9"
+
+
 def test_rows_are_picked_by_name_prefix_or_quick(bench):
     assert [r.name for r in bench.select_rows(None, quick=True)] == list(bench.QUICK)
     assert len(bench.select_rows(None)) == len(bench.MATRIX)
