@@ -59,9 +59,9 @@
 //! Mapping onto the transport: our receiver acknowledges every packet, which is the report of
 //! every packet. UDT retransmits lost packets (each counted in the MI in which it is resent);
 //! our transport sends a new packet in that slot instead. The random choices are glibc's `rand()`
-//! seeded with the clock, as upstream's (not aligned draw for draw with the binary's). UDT's ACK2 for each 10 ms
-//! full ACK goes on the data path as in [`super::pcc_2017`] (the sender's ACK2 guard always
-//! passes here too). Left out: `onTimeout` and the hibernate state it leads to (UDT's
+//! seeded with the clock, as upstream's (not checked draw for draw against the binary's). UDT's
+//! ACK2 for each 10 ms full ACK goes on the data path as in [`super::pcc_2017`] (the sender's ACK2
+//! guard always passes here too). Left out: `onTimeout` and the hibernate state it leads to (UDT's
 //! expiry timer is set to 100 s by `setRTO`, past any run), the 1500-byte first packet (read
 //! before the first MI sets the MSS), UDT's handshake and keep-alives.
 
