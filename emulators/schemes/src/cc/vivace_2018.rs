@@ -63,7 +63,9 @@
 //! ACK2 for each 10 ms full ACK goes on the data path as in [`super::pcc_2017`] (the sender's ACK2
 //! guard always passes here too). Left out: `onTimeout` and the hibernate state it leads to (UDT's
 //! expiry timer is set to 100 s by `setRTO`, past any run), the 1500-byte first packet (read
-//! before the first MI sets the MSS), UDT's handshake and keep-alives.
+//! before the first MI sets the MSS), the handshake's packets (its second round trip: the port
+//! connects in one; its timing, a request every 250 ms given up after 3 s, is kept) and UDT's
+//! keep-alives.
 
 use std::collections::VecDeque;
 use std::time::Duration;
