@@ -186,14 +186,13 @@ fn a_malformed_srand_seed_is_refused_with_its_fix() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("PCC_SRAND=\"12x\"") && err.contains("from 0 to 4294967295"), "{err}");
-    let listed = |seed: &str| {
+    let available = |seed: &str| {
         let out = Command::new(BIN).env("PCC_SRAND", seed).args(["list", "--json"]).output().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let s = v.as_array().unwrap().iter().find(|s| s["name"] == "pcc-2017").unwrap().clone();
-        s
+        v.as_array().unwrap().iter().find(|s| s["name"] == "pcc-2017").unwrap()["available"].clone()
     };
-    assert_eq!(listed("4294967296")["available"], false);
-    assert_eq!(listed("4294967295")["available"], true);
+    assert_eq!(available("4294967296"), false);
+    assert_eq!(available("4294967295"), true);
 }
 
 #[test]

@@ -201,6 +201,14 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         u64::from(self.rand()) % n
     }
+
+    /// The generator as a UDT sender's law finds it: `CUDT::connect` calls `srand(seed)` and
+    /// draws the ISN with one `rand()`, and the law's draws are the ones after that, as upstream's.
+    pub fn after_udt_connect(seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        rng.rand();
+        rng
+    }
 }
 
 /// A coin toss, `rand() % 2 == 1` upstream: the PCC senders' random probe orders. Tests give
@@ -989,14 +997,12 @@ impl Pcc2017 {
         Self::with_seed(0x5eed_2017)
     }
 
-    /// `seed` is `srand`'s in `CUDT::connect`, which then draws the ISN with one `rand()`: the
-    /// law's draws (each MI's `rand_dir`s and `rand_factor`) are the ones after it, as upstream's.
+    /// `seed` is `srand`'s in `CUDT::connect` (the law draws each MI's `rand_dir`s and
+    /// `rand_factor` after the ISN's draw).
     pub fn with_seed(seed: u64) -> Self {
-        let mut rng = Rng::new(seed);
-        rng.rand();
         Self {
             law: Allegro::new(),
-            rng,
+            rng: Rng::after_udt_connect(seed),
             period_us: INITIAL_PERIOD_US,
             monitors: [Monitor::default(); MAX_MONITOR_NUMBER],
             current_monitor: -1,

@@ -714,14 +714,11 @@ impl PccExperimental2018 {
         Self::with_seed(0x5eed_2018)
     }
 
-    /// `seed` is `srand`'s in `CUDT::connect`, which then draws the ISN with one `rand()`: the
-    /// law's coin tosses are the draws after that one, as upstream's.
+    /// `seed` is `srand`'s in `CUDT::connect` (the law's coin tosses follow the ISN's draw).
     pub fn with_seed(seed: u64) -> Self {
-        let mut rng = Rng::new(seed);
-        rng.rand();
         Self {
             law: PccSender::new(),
-            rng,
+            rng: Rng::after_udt_connect(seed),
             rtt_us: INITIAL_UDT_RTT_US,
             rttvar_us: INITIAL_UDT_RTTVAR_US,
             outstanding: VecDeque::new(),
