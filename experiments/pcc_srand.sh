@@ -9,8 +9,9 @@ pcc_srand_gdb() {
                srand_gdb=$(mktemp /tmp/pcc-srand-XXXXXX.gdb)
                trap 'rm -f "$srand_gdb"; kill -TERM $(jobs -p) 2>/dev/null; wait; exit 0' TERM INT
                # pending: a dynamically linked program's srand is in libc, loaded after the start
+               # decimal for gdb, which reads a leading 0 as octal (the port reads PCC_SRAND=010 as 10)
                printf 'set breakpoint pending on\nbreak srand\ncommands\nsilent\nset $rdi = %s\ncontinue\nend\n' \
-                   "$PCC_SRAND" >"$srand_gdb"
+                   "$((10#$PCC_SRAND))" >"$srand_gdb"
                return
            fi ;;
     esac
