@@ -43,6 +43,54 @@ fn terminate(mut child: Child) -> (Option<i32>, f64, String) {
     (status.code(), secs, err)
 }
 
+/// Whether a socket of this host listens on `port`: a TCP socket in LISTEN or a UDP socket
+/// bound to it, read from /proc/net (probing by binding the port could take it from the
+/// program about to bind it).
+fn listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["tcp", "tcp6", "udp", "udp6"].iter().any(|table| {
+        let rows = std::fs::read_to_string(format!("/proc/net/{table}")).unwrap_or_default();
+        rows.lines().skip(1).any(|row| {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let bound = fields.get(1).is_some_and(|addr| format!("{addr} ").ends_with(&local));
+            bound && (table.starts_with("udp") || fields.get(3) == Some(&"0A"))
+        })
+    })
+}
+
+/// Waits until `child` listens on `port`. The window a test measures starts there: quic-2018's
+/// server, like proto-quic's, fills its 500 MB page before it binds, which takes seconds on a
+/// loaded 2-core host.
+fn wait_listening(child: &mut Child, scheme: &str, port: u16) {
+    let t0 = Instant::now();
+    while !listening(port) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{scheme}: the listening side exited ({status}) before it listened on {port}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{scheme}: nothing listens on {port} after 60 s");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `child` holds a socket: the connecting side is past its setup (sprout-2017
+/// computes its forecast model first, 0.6 s alone and seconds on a loaded host).
+fn wait_socket(child: &mut Child, scheme: &str) {
+    let t0 = Instant::now();
+    let has_socket = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to.to_string_lossy().starts_with("socket:")))
+        })
+    };
+    while !has_socket(child.id()) {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{scheme}: the connecting side exited ({status}) before it opened a socket");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{scheme}: the connecting side has no socket after 60 s");
+        sleep(Duration::from_millis(20));
+    }
+}
+
 fn run_first(scheme: &str) -> String {
     let out = Command::new(BIN).args([scheme, "run_first"]).output().unwrap();
     assert!(out.status.success());
@@ -55,23 +103,28 @@ fn summary_bytes(stderr: &str) -> u64 {
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// Runs `scheme` over loopback for `secs`; `second_delay` starts the listening side late
-/// (the connecting side must retry). Returns bytes received.
+/// Runs `scheme` over loopback for `secs` from when its listening side listens and its
+/// connecting side holds a socket; `listener_late` starts the listening side 0.7 s after the
+/// connecting side (which must retry). Returns bytes received.
 fn run_pair(scheme: &str, secs: f64, listener_late: bool) -> u64 {
-    let port = free_port().to_string();
+    let port_number = free_port();
+    let port = port_number.to_string();
     let first = run_first(scheme);
     let second = if first == "receiver" { "sender" } else { "receiver" };
     let start_listener = || spawn(&[scheme, &first, &port]);
     let start_connector = || spawn(&[scheme, second, "127.0.0.1", &port]);
-    let (listener, connector) = if listener_late {
+    let (listener, mut connector) = if listener_late {
         let c = start_connector();
         sleep(Duration::from_millis(700));
-        (start_listener(), c)
+        let mut l = start_listener();
+        wait_listening(&mut l, scheme, port_number);
+        (l, c)
     } else {
-        let l = start_listener();
-        sleep(Duration::from_millis(200));
+        let mut l = start_listener();
+        wait_listening(&mut l, scheme, port_number);
         (l, start_connector())
     };
+    wait_socket(&mut connector, scheme);
     sleep(Duration::from_secs_f64(secs));
     let (receiver, sender) = if first == "receiver" { (listener, connector) } else { (connector, listener) };
     let (s_code, s_secs, s_err) = terminate(sender);
