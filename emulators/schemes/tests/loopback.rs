@@ -58,37 +58,28 @@ fn listening(port: u16) -> bool {
     })
 }
 
-/// Waits until `child` listens on `port`. The window a test measures starts there: quic-2018's
-/// server, like proto-quic's, fills its 500 MB page before it binds, which takes seconds on a
-/// loaded 2-core host.
-fn wait_listening(child: &mut Child, scheme: &str, port: u16) {
+/// Waits until `ready()`, at most 60 s, failing if `child` (the scheme's `side`) exits first;
+/// `what` says what it waits for. The window a test measures starts there: quic-2018's server,
+/// like proto-quic's, fills its 500 MB page before it binds, and sprout-2017's sender computes
+/// its forecast model before it opens a socket (0.6 s alone), which take seconds on a loaded
+/// 2-core host.
+fn wait_until(child: &mut Child, scheme: &str, side: &str, what: &str, ready: impl Fn() -> bool) {
     let t0 = Instant::now();
-    while !listening(port) {
+    while !ready() {
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("{scheme}: the listening side exited ({status}) before it listened on {port}");
+            panic!("{scheme}: the {side} side exited ({status}) before it {what}");
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "{scheme}: nothing listens on {port} after 60 s");
+        assert!(t0.elapsed() < Duration::from_secs(60), "{scheme}: the {side} side has not {what} after 60 s");
         sleep(Duration::from_millis(20));
     }
 }
 
-/// Waits until `child` holds a socket: the connecting side is past its setup (sprout-2017
-/// computes its forecast model first, 0.6 s alone and seconds on a loaded host).
-fn wait_socket(child: &mut Child, scheme: &str) {
-    let t0 = Instant::now();
-    let has_socket = |pid: u32| {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten()
-                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to.to_string_lossy().starts_with("socket:")))
-        })
-    };
-    while !has_socket(child.id()) {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("{scheme}: the connecting side exited ({status}) before it opened a socket");
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "{scheme}: the connecting side has no socket after 60 s");
-        sleep(Duration::from_millis(20));
-    }
+/// Whether process `pid` holds a socket.
+fn has_socket(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to.to_string_lossy().starts_with("socket:")))
+    })
 }
 
 fn run_first(scheme: &str) -> String {
@@ -111,20 +102,22 @@ fn run_pair(scheme: &str, secs: f64, listener_late: bool) -> u64 {
     let port = port_number.to_string();
     let first = run_first(scheme);
     let second = if first == "receiver" { "sender" } else { "receiver" };
-    let start_listener = || spawn(&[scheme, &first, &port]);
+    let start_listener = || {
+        let mut l = spawn(&[scheme, &first, &port]);
+        wait_until(&mut l, scheme, "listening", &format!("listened on {port}"), || listening(port_number));
+        l
+    };
     let start_connector = || spawn(&[scheme, second, "127.0.0.1", &port]);
     let (listener, mut connector) = if listener_late {
         let c = start_connector();
         sleep(Duration::from_millis(700));
-        let mut l = start_listener();
-        wait_listening(&mut l, scheme, port_number);
-        (l, c)
+        (start_listener(), c)
     } else {
-        let mut l = start_listener();
-        wait_listening(&mut l, scheme, port_number);
+        let l = start_listener();
         (l, start_connector())
     };
-    wait_socket(&mut connector, scheme);
+    let pid = connector.id();
+    wait_until(&mut connector, scheme, "connecting", "opened a socket", || has_socket(pid));
     sleep(Duration::from_secs_f64(secs));
     let (receiver, sender) = if first == "receiver" { (listener, connector) } else { (connector, listener) };
     let (s_code, s_secs, s_err) = terminate(sender);
